@@ -1,0 +1,37 @@
+# The two commands: `make run` (the embedded default) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+CORES ?= all
+SNAKEMAKE := snakemake --cores $(CORES) --profile profiles/default
+
+.PHONY: run test lint smoke paper dryrun clean
+
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r requirements.txt
+	touch $@
+
+run: $(VENV)/.installed  ## the embedded default (config.yaml): CPU, minutes
+	$(SNAKEMAKE)
+	@echo "tables: results/tables/  figures: results/figures/  scorecard: results/tables/claims.md"
+
+test: $(VENV)/.installed  ## unit, workflow and end-to-end smoke tests
+	$(PY) -m pytest -q
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	snakemake --lint
+
+smoke: $(VENV)/.installed  ## the tiny grid, into results-smoke/ of a scratch copy
+	$(SNAKEMAKE) --configfile config/smoke.yaml --directory $(or $(DIR),/tmp/lengthgen-smoke) --snakefile Snakefile
+
+paper: $(VENV)/.installed  ## the paper-scale grid (use a GPU cluster: see README)
+	$(SNAKEMAKE) --configfile config/paper.yaml
+
+dryrun: $(VENV)/.installed
+	$(SNAKEMAKE) -n
+
+clean:  ## remove generated data and runs (keeps the committed tables and figures)
+	rm -rf results/data results/runs results/checkpoints results/logs results/benchmarks .snakemake

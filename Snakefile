@@ -1,0 +1,25 @@
+# lengthgen: The Role of Sparsity for Length Generalization in Transformers, as a workflow.
+# This file is a table of contents; the package in src/lengthgen does the work.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+rule all:
+    input:
+        "results/tables/length_sweep.csv",
+        "results/tables/summary.md",
+        "results/tables/claims.md",
+        "results/provenance.json",
+        expand("results/figures/{figure}.png", figure=figures()),
+    default_target: True

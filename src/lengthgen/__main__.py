@@ -1,0 +1,3 @@
+from lengthgen.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,135 @@
+"""`python -m lengthgen <stage> ...`: one subcommand per Snakemake rule.
+
+Each stage reads only the paths it is given and writes only its outputs, all or nothing.
+Errors a user can cause print one line (`lengthgen: error: ...`) and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from lengthgen.errors import UserError
+
+
+def _json(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({err.msg})") from None
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def cmd_generate(a) -> None:
+    from lengthgen import datasets
+
+    datasets.generate(a.task, a.task["split"], a.task["seed"], a.out, train_path=a.train)
+
+
+def cmd_train(a) -> None:
+    from lengthgen import train
+
+    train.train(a.cell, a.data, a.out_dir, a.checkpoint, code_digest=a.code_digest, log=_log)
+
+
+def cmd_sweep(a) -> None:
+    from lengthgen import evaluate
+
+    evaluate.length_sweep(a.model, a.data, a.out, a.eval, log=_log)
+
+
+def cmd_aggregate(a) -> None:
+    from lengthgen import aggregate
+
+    aggregate.aggregate(a.sweeps, a.csv, a.md)
+
+
+def cmd_provenance(a) -> None:
+    from lengthgen import aggregate
+
+    aggregate.provenance(a.out, a.meta)
+
+
+def cmd_claims(a) -> None:
+    import pandas as pd
+
+    from lengthgen import claims
+
+    sweep = pd.read_csv(a.sweep_csv)
+    rows = claims.sparsity_checks(sweep, a.sparse_tasks, a.config["sparsity"]) if a.sparse_tasks else []
+    claims.write_scorecard(rows, a.csv, a.md)
+    for r in rows:
+        _log(f"{r['result']}  {r['claim']}: {r['check']} = {r['value']:.4f} (needs {r['threshold']})")
+
+
+def cmd_figure(a) -> None:
+    from lengthgen import figures
+
+    figures.sparse_parity(a.sweep_csv, a.tasks, a.train_max, a.out)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lengthgen", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="stage", required=True)
+
+    s = sub.add_parser("generate", help="generate one split of a task to Parquet")
+    s.add_argument("--task", type=_json, required=True, help="the task's data slice (JSON)")
+    s.add_argument("--train", help="training split to keep the test split disjoint from")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_generate)
+
+    s = sub.add_parser("train", help="train one (task, scheme, seed) cell")
+    s.add_argument("--cell", type=_json, required=True, help="the cell's config slice (JSON)")
+    s.add_argument("--data", required=True)
+    s.add_argument("--out-dir", required=True)
+    s.add_argument("--checkpoint", required=True, help="resumable checkpoint (kept across reruns)")
+    s.add_argument("--code-digest", default="")
+    s.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("sweep", help="evaluate one trained cell at every test length")
+    s.add_argument("--model", required=True)
+    s.add_argument("--data", required=True)
+    s.add_argument("--eval", type=_json, required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_sweep)
+
+    s = sub.add_parser("aggregate", help="collect sweeps into results/tables")
+    s.add_argument("--sweeps", nargs="+", required=True)
+    s.add_argument("--csv", required=True)
+    s.add_argument("--md", required=True)
+    s.set_defaults(func=cmd_aggregate)
+
+    s = sub.add_parser("claims", help="write the claims scorecard")
+    s.add_argument("--sweep-csv", required=True)
+    s.add_argument("--sparse-tasks", nargs="*", default=[])
+    s.add_argument("--config", type=_json, required=True)
+    s.add_argument("--csv", required=True)
+    s.add_argument("--md", required=True)
+    s.set_defaults(func=cmd_claims)
+
+    s = sub.add_parser("figure", help="draw the sparse parity figure")
+    s.add_argument("--sweep-csv", required=True)
+    s.add_argument("--tasks", nargs="+", required=True)
+    s.add_argument("--train-max", type=int, required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_figure)
+
+    s = sub.add_parser("provenance", help="record commit, versions and devices")
+    s.add_argument("--meta", nargs="*", default=[])
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_provenance)
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.func(args)
+    except UserError as err:
+        print(f"lengthgen: error: {err}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,143 @@
+"""Configuration: JSON-Schema validation with defaults, cross-key checks, and the
+per-stage slices that rules pass as params (so a change reruns only what it touches)."""
+
+from __future__ import annotations
+
+import copy
+
+import jsonschema
+import yaml
+
+from lengthgen import tasks
+from lengthgen.errors import UserError
+
+
+def _resolve(schema: dict, root: dict) -> dict:
+    ref = schema.get("$ref")
+    if ref:
+        node = root
+        for part in ref.removeprefix("#/").split("/"):
+            node = node[part]
+        return {**_resolve(node, root), **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema
+
+
+def fill_defaults(instance, schema: dict, root: dict) -> None:
+    """Set every missing key that has a default, recursing into objects and arrays."""
+    schema = _resolve(schema, root)
+    if isinstance(instance, dict):
+        for key, sub in schema.get("properties", {}).items():
+            sub = _resolve(sub, root)
+            if key not in instance and "default" in sub:
+                instance[key] = copy.deepcopy(sub["default"])
+            if key in instance:
+                fill_defaults(instance[key], sub, root)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key in set(instance) - set(schema.get("properties", {})):
+                fill_defaults(instance[key], extra, root)
+    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        for item in instance:
+            fill_defaults(item, schema["items"], root)
+
+
+def _where(path) -> str:
+    out = "config"
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _check(instance, schema: dict, root: dict, prefix=()) -> None:
+    validator = jsonschema.Draft202012Validator({**schema, "$defs": root["$defs"]})
+    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+    if error is not None:
+        raise UserError(f"{_where([*prefix, *error.absolute_path])}: {error.message}")
+
+
+def validate(config: dict, schema: dict) -> dict:
+    """Return a validated copy of `config` with defaults filled; UserError names the key."""
+    config = copy.deepcopy(config)
+    fill_defaults(config, schema, schema)
+    _check(config, schema, schema)
+    defs = schema["$defs"]
+    names = set()
+    for i, task in enumerate(config["tasks"]):
+        where = f"config.tasks[{i}]"
+        if task["name"] in names:
+            raise UserError(f"{where}.name: duplicate task name {task['name']!r}")
+        names.add(task["name"])
+        module = tasks.get(task["kind"], where=f"{where}.kind")
+        params_schema = defs[f"{task['kind']}_params"]
+        fill_defaults(task["params"], params_schema, schema)
+        _check(task["params"], params_schema, schema, prefix=("tasks", i, "params"))
+        for key, base in (("model", "model"), ("train", "train")):
+            merged = _deep_merge(config[base], task[key])
+            _check(merged, defs[base], schema, prefix=("tasks", i, key))
+            task[key] = merged
+        for s in task["schemes"]:
+            if s not in config["schemes"]:
+                known = ", ".join(sorted(config["schemes"]))
+                raise UserError(f"{where}.schemes: unknown scheme {s!r}; expected one of: {known}")
+        module.check(task["params"], task["eval"], where)
+        longest = module.seq_len(max(task["eval"]["lengths"]))
+        if longest > task["model"]["max_position"]:
+            raise UserError(
+                f"{where}.model.max_position: {task['model']['max_position']} is below the longest "
+                f"test sequence ({longest} tokens)"
+            )
+    return config
+
+
+def _deep_merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def load_yaml(path) -> dict:
+    try:
+        with open(path) as f:
+            return yaml.safe_load(f) or {}
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found") from None
+    except yaml.YAMLError as err:
+        raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+
+
+# -- slices: what each stage's params carry ------------------------------------------------
+
+
+def task_by_name(config: dict, name: str) -> dict:
+    return next(t for t in config["tasks"] if t["name"] == name)
+
+
+def data_slice(config: dict, task_name: str, split: str) -> dict:
+    """What a dataset depends on: the task's parameters and the split's seed and size."""
+    task = task_by_name(config, task_name)
+    out = {"name": task["name"], "kind": task["kind"], "params": task["params"], "split": split}
+    if split == "train":
+        out.update(seed=config["data_seed"], train_examples=task["train_examples"])
+    else:
+        out.update(seed=config["eval_seed"], eval=task["eval"])
+    return out
+
+
+def cell_slice(config: dict, task_name: str, scheme: str, seed: int) -> dict:
+    """What a trained model depends on (and nothing it does not, e.g. test lengths)."""
+    task = task_by_name(config, task_name)
+    return {
+        "task": task["name"],
+        "scheme": scheme,
+        "seed": seed,
+        "scheme_options": config["schemes"][scheme],
+        "model": task["model"],
+        "train": task["train"],
+        "device": config["device"],
+        "threads": config["threads"],
+    }
+
+
+def eval_slice(config: dict) -> dict:
+    return {"device": config["device"], "threads": config["threads"], **config["eval"]}

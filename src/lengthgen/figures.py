@@ -1,0 +1,35 @@
+"""Figures from the aggregated tables (never from raw runs, so they rerun alone)."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: clusters and CI have no display
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from lengthgen.fileio import atomic_path  # noqa: E402
+
+
+def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out) -> None:
+    """Accuracy against test length: one panel per scheme, one line per k, seed band."""
+    df = pd.read_csv(sweep_csv)
+    df = df[df["task"].isin(tasks)]
+    several_models_per_k = df.groupby("k")["task"].nunique().max() > 1
+    sns.set_theme(style="whitegrid", context="paper")
+    grid = sns.relplot(
+        data=df, x="length", y="accuracy", hue="k", col="scheme", row="task" if several_models_per_k else None,
+        kind="line", errorbar=("pi", 100), estimator="mean", marker="o", palette="viridis",
+        height=2.8, aspect=1.1, facet_kws={"sharey": True},
+    )
+    for ax in grid.axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.axvline(train_max, color="grey", lw=0.8, ls="--")  # longest training length
+        ax.set_ylim(0.4, 1.02)
+    grid.set_axis_labels("test length n", "accuracy")
+    grid.figure.suptitle("Sparse parity: accuracy vs length (mean over seeds, band = min..max)", y=1.03)
+    with atomic_path(out) as tmp:
+        grid.figure.savefig(tmp, dpi=150, bbox_inches="tight", format="png", metadata={"Software": None})
+    plt.close(grid.figure)

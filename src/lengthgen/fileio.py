@@ -1,0 +1,35 @@
+"""Small helpers shared by every stage: canonical JSON and all-or-nothing writes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+
+def canonical_json(obj) -> str:
+    """JSON with sorted keys and no whitespace, so equal configs give equal strings."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """Yield a temporary sibling of `path`; rename it onto `path` only on success.
+
+    A killed job therefore never leaves a half-written output behind.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_text(path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)

@@ -1,0 +1,102 @@
+"""E1: k-sparse planted parity (our protocol; see README "Protocol").
+
+Example of length n: ``BOS x_1 ... x_n SEP y``. k distinct planted positions carry the
+tokens ``0*``/``1*``; every other position is a background bit ``0``/``1``; y is the XOR of
+the planted bits. Only y is predicted, so each prediction depends on exactly k tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lengthgen.errors import UserError
+
+VOCAB = ["<pad>", "<bos>", "<sep>", "0", "1", "0*", "1*"]
+PAD, BOS, SEP, ZERO, PLANTED_ZERO = 0, 1, 2, 3, 5
+GROUP = ["length", "k"]  # the axes of a test set: one block of examples per (n, k)
+
+
+def seq_len(n: int) -> int:
+    """Tokens in an example of length n: BOS, n bits, SEP, y."""
+    return n + 3
+
+
+def train_ks(params) -> list[int]:
+    """k values seen in training: exactly k (fixed) or 1..k (mixture)."""
+    k = params["k"]
+    return [k] if params["k_mode"] == "fixed" else list(range(1, k + 1))
+
+
+def eval_k(params, eval_cfg) -> list[int]:
+    return list(eval_cfg.get("k") or train_ks(params))
+
+
+def check(params, eval_cfg, where: str) -> None:
+    if params["n_min"] > params["n_max"]:
+        raise UserError(f"{where}.params.n_min: {params['n_min']} is larger than n_max {params['n_max']}")
+    span = params["locality"] or params["n_min"]
+    for k in set(train_ks(params)) | set(eval_k(params, eval_cfg)):
+        if k > span:
+            raise UserError(
+                f"{where}.params.k: k={k} planted tokens do not fit in "
+                f"{'locality window' if params['locality'] else 'length n_min'}={span}"
+            )
+    if params["locality"] and params["locality"] > min(params["n_min"], *eval_cfg["lengths"]):
+        raise UserError(f"{where}.params.locality: window {params['locality']} is longer than the shortest sequence")
+
+
+def _block(n: int, k: int, m: int, locality, rng: np.random.Generator):
+    """m examples of length n with k planted bits: tokens (m, n+3) and the answer bits."""
+    bits = rng.integers(0, 2, size=(m, n), dtype=np.int64)
+    width = locality or n
+    # k distinct positions inside a window of `width`: the first k of a random permutation.
+    planted = np.argsort(rng.random((m, width)), axis=1)[:, :k]
+    planted += rng.integers(0, n - width + 1, size=(m, 1))
+    is_planted = np.zeros((m, n), dtype=bool)
+    np.put_along_axis(is_planted, planted, True, axis=1)
+    y = (bits * is_planted).sum(axis=1) % 2
+    body = np.where(is_planted, PLANTED_ZERO, ZERO) + bits
+    tokens = np.empty((m, n + 3), dtype=np.int16)
+    tokens[:, 0], tokens[:, 1:-2], tokens[:, -2], tokens[:, -1] = BOS, body, SEP, ZERO + y
+    return tokens
+
+
+def _columns(blocks):
+    """Flatten [(n, k, tokens(m, n+3))] into dataset columns."""
+    tokens, ns, ks = [], [], []
+    for n, k, block in blocks:
+        tokens.extend(block)
+        ns.append(np.full(len(block), n, dtype=np.int32))
+        ks.append(np.full(len(block), k, dtype=np.int32))
+    n_col = np.concatenate(ns)
+    return {
+        "tokens": tokens,
+        "positions": [np.arange(len(t), dtype=np.int32) for t in tokens],
+        "answer_start": n_col + 2,
+        "length": n_col,
+        "k": np.concatenate(ks),
+    }
+
+
+def generate_train(params, n_examples: int, rng: np.random.Generator):
+    lengths = rng.integers(params["n_min"], params["n_max"] + 1, size=n_examples)
+    ks = rng.choice(train_ks(params), size=n_examples)
+    blocks = []
+    for n in np.unique(lengths):
+        for k in np.unique(ks):
+            m = int(((lengths == n) & (ks == k)).sum())
+            if m:
+                blocks.append((int(n), int(k), _block(int(n), int(k), m, params["locality"], rng)))
+    cols = _columns(blocks)
+    order = rng.permutation(n_examples)  # interleave lengths so any prefix is a fair sample
+    return {key: [v[i] for i in order] if isinstance(v, list) else v[order] for key, v in cols.items()}
+
+
+def generate_test(params, eval_cfg, seed: int):
+    """A fixed set per (n, k); each has its own seed so adding a length changes no other."""
+    blocks = []
+    for n in eval_cfg["lengths"]:
+        for k in eval_k(params, eval_cfg):
+            rng = np.random.default_rng([seed, n, k])
+            blocks.append((n, k, _block(n, k, eval_cfg["examples"], params["locality"], rng)))
+    return _columns(blocks)

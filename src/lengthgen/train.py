@@ -1,0 +1,190 @@
+"""Training of one (task, scheme, seed) cell.
+
+Deterministic per seed: the batch at step s is a function of (seed, s) alone, so a job
+killed at any point and resumed from its last checkpoint ends exactly where an
+uninterrupted run would. Checkpoints live outside Snakemake's declared outputs (which
+are deleted before a rerun) and are only resumed when they belong to the same cell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from lengthgen import datasets
+from lengthgen import device as devices
+from lengthgen.errors import TrainingDiverged, UserError
+from lengthgen.fileio import atomic_path, canonical_json, write_text
+from lengthgen.model import ModelConfig, Transformer, param_count
+
+
+def build_model(cell: dict, vocab_size: int) -> Transformer:
+    opts = cell["scheme_options"]
+    cfg = ModelConfig(vocab_size=vocab_size, encoding=opts["encoding"], **cell["model"])
+    if "rope_base" in opts:
+        cfg.rope_base = opts["rope_base"]
+    return Transformer(cfg)
+
+
+def lr_at(step: int, cfg: dict) -> float:
+    """Linear warm-up, then cosine decay to min_lr_ratio * lr at max_steps."""
+    if step < cfg["warmup_steps"]:
+        return cfg["lr"] * (step + 1) / cfg["warmup_steps"]
+    progress = (step - cfg["warmup_steps"]) / max(1, cfg["max_steps"] - cfg["warmup_steps"])
+    floor = cfg["min_lr_ratio"]
+    return cfg["lr"] * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def batch_indices(step: int, n: int, batch: int, seed: int) -> torch.Tensor:
+    """Indices of the batch at `step`: epoch-wise permutations seeded by (seed, epoch)."""
+    per_epoch = max(1, n // batch)
+    epoch, j = divmod(step, per_epoch)
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=gen)[j * batch : (j + 1) * batch]
+
+
+def answer_mask(seq_len: torch.Tensor, answer_start: torch.Tensor, t: int) -> torch.Tensor:
+    """(B, t) mask of the positions whose next token is an answer token."""
+    target_pos = torch.arange(1, t + 1)[None, :]
+    return (target_pos >= answer_start[:, None]) & (target_pos < seq_len[:, None])
+
+
+def step_loss(model, batch: dict, dev) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross entropy on answer tokens and per-example exact match (teacher forced)."""
+    t = int(batch["seq_len"].max())
+    tokens, pos = batch["tokens"][:, :t].to(dev), batch["positions"][:, :t].to(dev)
+    mask = answer_mask(batch["seq_len"], batch["answer_start"], t - 1).to(dev)
+    with devices.autocast(dev):
+        logits = model(tokens[:, :-1], pos[:, :-1])
+    targets = tokens[:, 1:]
+    loss = F.cross_entropy(logits[mask].float(), targets[mask])
+    wrong = ((logits.argmax(-1) != targets) & mask).any(dim=1)
+    return loss, (~wrong).float().mean()
+
+
+def _cell_id(cell: dict) -> str:
+    return f"{cell['task']}/{cell['scheme']}/seed{cell['seed']}"
+
+
+def _fingerprint(cell: dict, data_meta: dict, code_digest: str) -> str:
+    """What a checkpoint must match to be resumed: the cell, its data and the code."""
+    return hashlib.sha256(canonical_json([cell, data_meta, code_digest]).encode()).hexdigest()[:16]
+
+
+def _load_checkpoint(path: Path, fingerprint: str, log) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # a torn file from a killed job: start over
+        log(f"checkpoint {path} unreadable ({type(err).__name__}); starting from step 0")
+        return None
+    if state.get("fingerprint") != fingerprint:
+        log(f"checkpoint {path} belongs to another config; starting from step 0")
+        return None
+    return state
+
+
+def _save_checkpoint(path: Path, **state) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def load_training_data(path, cell: dict) -> tuple[dict, dict]:
+    table, meta = datasets.read(path)
+    if meta["task"] != cell["task"] or meta["split"] != "train":
+        raise UserError(f"{path}: holds task {meta['task']!r} split {meta['split']!r}, expected {cell['task']!r} train")
+    arrays = datasets.padded(table)
+    keys = ("tokens", "positions", "seq_len", "answer_start")
+    return {k: torch.from_numpy(np.asarray(arrays[k], dtype=np.int64)) for k in keys}, meta
+
+
+def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = "", log=print) -> dict:
+    """Train one cell; write model.pt, train_log.parquet and meta.json into `out_dir`."""
+    cfg, cell_id = cell["train"], _cell_id(cell)
+    dev = devices.resolve(cell["device"], cell["threads"])
+    data, meta = load_training_data(data_path, cell)
+    torch.manual_seed(cell["seed"])
+    model = build_model(cell, len(meta["vocab"])).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"], betas=(0.9, 0.98))
+    fingerprint = _fingerprint(cell, meta, code_digest)
+    checkpoint_path = Path(checkpoint_path)
+    state = _load_checkpoint(checkpoint_path, fingerprint, log)
+    step, streak, rows = 0, 0, []
+    if state:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        step, streak, rows = state["step"], state["streak"], state["rows"]
+        log(f"{cell_id}: resumed from step {step}")
+    log(f"{cell_id}: {param_count(model):,} parameters on {devices.describe(dev)}, {len(data['tokens']):,} examples")
+    n, patience = len(data["tokens"]), cfg["early_stop"]["patience"]
+    started, last_print = time.perf_counter(), 0.0
+    while step < cfg["max_steps"] and not (patience and streak >= patience):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        idx = batch_indices(step, n, cfg["batch_size"], cell["seed"])
+        model.train()
+        loss, acc = step_loss(model, {k: v[idx] for k, v in data.items()}, dev)
+        loss_value, acc_value = loss.item(), acc.item()
+        if not math.isfinite(loss_value):
+            raise TrainingDiverged(f"{cell_id}: loss is {loss_value} at step {step}; lower train.lr or check the data")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg["grad_clip"]:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+        opt.step()
+        streak = streak + 1 if acc_value >= cfg["early_stop"]["accuracy"] else 0
+        rows.append((step, loss_value, acc_value, opt.param_groups[0]["lr"]))
+        step += 1
+        elapsed = time.perf_counter() - started
+        if step % cfg["log_every"] == 0 or elapsed - last_print > 30:
+            last_print = elapsed
+            log(f"{cell_id}: step {step}/{cfg['max_steps']} loss {loss_value:.4f} acc {acc_value:.3f}")
+        if step % cfg["checkpoint_every"] == 0:
+            _save_checkpoint(
+                checkpoint_path, fingerprint=fingerprint, model=model.state_dict(), optimizer=opt.state_dict(),
+                rng=torch.get_rng_state(), step=step, streak=streak, rows=rows,
+            )
+    stopped = "converged" if patience and streak >= patience else "max_steps"
+    log(f"{cell_id}: stopped at step {step} ({stopped}) after {time.perf_counter() - started:.1f} s")
+    summary = _write_outputs(model, cell, meta, rows, Path(out_dir), dev, code_digest, stopped)
+    checkpoint_path.unlink(missing_ok=True)  # the final model supersedes it
+    return summary
+
+
+def _write_outputs(model, cell, meta, rows, out_dir: Path, dev, code_digest, stopped) -> dict:
+    log_df = pd.DataFrame(rows, columns=["step", "loss", "accuracy", "lr"])
+    tail = log_df.tail(20)
+    summary = {
+        "steps": len(log_df),
+        "stopped": stopped,
+        "final_loss": float(tail["loss"].mean()) if len(tail) else float("nan"),
+        "final_accuracy": float(tail["accuracy"].mean()) if len(tail) else float("nan"),
+    }
+    task = {k: meta[k] for k in ("task", "kind", "params", "vocab")}
+    with atomic_path(out_dir / "model.pt") as tmp:
+        state = {k: v.cpu() for k, v in model.state_dict().items()}
+        torch.save({"model_args": model.cfg.to_dict(), "state_dict": state, "cell": cell, "task": task, **summary}, tmp)
+    with atomic_path(out_dir / "train_log.parquet") as tmp:
+        log_df.to_parquet(tmp, index=False)
+    info = {
+        "cell": cell,
+        "code_digest": code_digest,
+        "data": {k: meta[k] for k in ("task", "kind", "params", "seed")},
+        "device": devices.describe(dev),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__},
+        "argv": sys.argv[1:2],
+        **summary,
+    }
+    write_text(out_dir / "meta.json", canonical_json(info) + "\n")
+    return summary

@@ -1,0 +1,79 @@
+# Aggregation: tables, scorecard, figures and provenance. Cheap, so they run locally
+# even under a cluster executor.
+
+
+localrules:
+    aggregate,
+    claims,
+    figure_sparse_parity,
+    provenance,
+
+
+rule aggregate:
+    input:
+        cell_paths("results/runs/{task}/{scheme}/seed{seed}/sweep.parquet"),
+    output:
+        csv="results/tables/length_sweep.csv",
+        md="results/tables/summary.md",
+    log:
+        "results/logs/aggregate.log",
+    params:
+        code=CODE["aggregate"],
+    conda:
+        ENV
+    shell:
+        "{LENGTHGEN} aggregate --sweeps {input:q} --csv {output.csv:q} --md {output.md:q} 2> {log:q}"
+
+
+rule claims:
+    input:
+        "results/tables/length_sweep.csv",
+    output:
+        csv="results/tables/claims.csv",
+        md="results/tables/claims.md",
+    log:
+        "results/logs/claims.log",
+    params:
+        sparse=tasks_of("sparse_parity"),
+        config=as_json(CONFIG["claims"]),
+        code=CODE["claims"],
+    conda:
+        ENV
+    shell:
+        "{LENGTHGEN} claims --sweep-csv {input:q} --sparse-tasks {params.sparse:q} --config {params.config:q}"
+        " --csv {output.csv:q} --md {output.md:q} 2> {log:q} && cat {log:q}"
+
+
+rule figure_sparse_parity:
+    input:
+        "results/tables/length_sweep.csv",
+    output:
+        report(
+            "results/figures/sparse_parity.png",
+            caption="../report/sparse_parity.rst",
+            category="E1 sparse parity",
+        ),
+    log:
+        "results/logs/figures/sparse_parity.log",
+    params:
+        tasks=tasks_of("sparse_parity"),
+        train_max=max([t["params"]["n_max"] for t in CONFIG["tasks"] if t["kind"] == "sparse_parity"] or [0]),
+        code=CODE["figures"],
+    conda:
+        ENV
+    shell:
+        "{LENGTHGEN} figure --sweep-csv {input:q} --tasks {params.tasks:q} --train-max {params.train_max}"
+        " --out {output:q} 2> {log:q}"
+
+
+rule provenance:
+    input:
+        cell_paths("results/runs/{task}/{scheme}/seed{seed}/meta.json"),
+    output:
+        "results/provenance.json",
+    log:
+        "results/logs/provenance.log",
+    conda:
+        ENV
+    shell:
+        "{LENGTHGEN} provenance --meta {input:q} --out {output:q} 2> {log:q}"

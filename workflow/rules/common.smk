@@ -1,0 +1,64 @@
+# Config validation, wildcard constraints and the helpers every rule file uses.
+import sys
+from pathlib import Path
+
+SRC = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, SRC)
+
+from lengthgen import config as lgconfig  # noqa: E402
+from lengthgen.digest import stage_digest  # noqa: E402
+from lengthgen.errors import UserError  # noqa: E402
+from lengthgen.fileio import canonical_json  # noqa: E402
+
+try:
+    CONFIG = lgconfig.validate(config, lgconfig.load_yaml(Path(workflow.basedir) / "workflow/schemas/config.schema.yaml"))
+except UserError as err:
+    sys.exit(f"lengthgen: error: {err}")  # one line, no traceback, nothing written
+
+# Every stage runs as `python -m lengthgen`, from the checkout's src/, with or without conda.
+LENGTHGEN = f"PYTHONPATH={SRC} python -m lengthgen"
+ENV = "../envs/lengthgen.yaml"
+
+# Digests of the source files each stage imports: an edit in src/ reruns exactly the rules
+# whose stage reads the edited file (Snakemake only sees rule code and params).
+CODE = {
+    stage: stage_digest(f"lengthgen.{module}")
+    for stage, module in {
+        "data": "datasets",
+        "train": "train",
+        "evaluate": "evaluate",
+        "aggregate": "aggregate",
+        "claims": "claims",
+        "figures": "figures",
+    }.items()
+}
+
+TASK_NAMES = [t["name"] for t in CONFIG["tasks"]]
+
+
+wildcard_constraints:
+    task="|".join(TASK_NAMES),
+    scheme="[A-Za-z0-9_]+",
+    seed=r"\d+",
+    split="train|test",
+
+
+def cells():
+    """Every (task, scheme, seed) of the grid."""
+    return [(t["name"], s, seed) for t in CONFIG["tasks"] for s in t["schemes"] for seed in CONFIG["seeds"]]
+
+
+def cell_paths(pattern):
+    return [pattern.format(task=t, scheme=s, seed=seed) for t, s, seed in cells()]
+
+
+def tasks_of(kind):
+    return [t["name"] for t in CONFIG["tasks"] if t["kind"] == kind]
+
+
+def figures():
+    return ["sparse_parity"] if tasks_of("sparse_parity") else []
+
+
+def as_json(obj):
+    return canonical_json(obj)

@@ -1,0 +1,19 @@
+# Synthetic datasets: one Parquet file per (task, split). The test split is drawn
+# disjoint from the training split, so it depends on it.
+
+
+rule generate_dataset:
+    input:
+        lambda w: [f"results/data/{w.task}/train.parquet"] if w.split == "test" else [],
+    output:
+        "results/data/{task}/{split}.parquet",
+    log:
+        "results/logs/data/{task}/{split}.log",
+    params:
+        task=lambda w: as_json(lgconfig.data_slice(CONFIG, w.task, w.split)),
+        train=lambda w, input: f"--train {input[0]}" if input else "",
+        code=CODE["data"],
+    conda:
+        ENV
+    shell:
+        "{LENGTHGEN} generate --task {params.task:q} {params.train} --out {output:q} 2> {log:q}"

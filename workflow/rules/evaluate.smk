@@ -1,0 +1,22 @@
+# Length sweep: every trained cell on the task's fixed test sets.
+
+
+rule length_sweep:
+    input:
+        model="results/runs/{task}/{scheme}/seed{seed}/model.pt",
+        data="results/data/{task}/test.parquet",
+    output:
+        "results/runs/{task}/{scheme}/seed{seed}/sweep.parquet",
+    log:
+        "results/logs/sweep/{task}/{scheme}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/sweep/{task}/{scheme}/seed{seed}.tsv"
+    params:
+        eval=as_json(lgconfig.eval_slice(CONFIG)),
+        code=CODE["evaluate"],
+    threads: CONFIG["threads"]
+    conda:
+        ENV
+    shell:
+        "{LENGTHGEN} sweep --model {input.model:q} --data {input.data:q} --eval {params.eval:q}"
+        " --out {output:q} 2> {log:q}"
