@@ -9,7 +9,6 @@ SNAKEMAKE := snakemake --cores $(CORES) --profile profiles/default
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -r requirements.txt
 	touch $@
 

@@ -44,7 +44,8 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         parts.append("|---|---|" + "---|" * len(lengths))
         for (scheme, k), g in df.groupby(["scheme", "k"], sort=True):
             by_len = g.set_index("length")
-            cells = [f"{by_len.at[n, 'mean']:.3f} ± {by_len.at[n, 'std']:.3f}" if n in by_len.index else "" for n in lengths]
+            cells = [f"{by_len.at[n, 'mean']:.3f} ± {by_len.at[n, 'std']:.3f}" if n in by_len.index else ""
+                     for n in lengths]
             parts.append(f"| {scheme} | {k} | " + " | ".join(cells) + " |")
     return "\n".join(parts) + "\n"
 

@@ -24,15 +24,23 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _require(obj: dict, keys: tuple, flag: str) -> None:
+    missing = [k for k in keys if k not in obj]
+    if missing:
+        raise UserError(f"{flag}: JSON lacks key(s) {', '.join(missing)}")
+
+
 def cmd_generate(a) -> None:
     from lengthgen import datasets
 
+    _require(a.task, ("name", "kind", "params", "split", "seed"), "--task")
     datasets.generate(a.task, a.task["split"], a.task["seed"], a.out, train_path=a.train)
 
 
 def cmd_train(a) -> None:
     from lengthgen import train
 
+    _require(a.cell, ("task", "scheme", "seed", "scheme_options", "model", "train", "device", "threads"), "--cell")
     train.train(a.cell, a.data, a.out_dir, a.checkpoint, code_digest=a.code_digest, log=_log)
 
 

@@ -57,7 +57,8 @@ def _check(instance, schema: dict, root: dict, prefix=()) -> None:
 
 def validate(config: dict, schema: dict) -> dict:
     """Return a validated copy of `config` with defaults filled; UserError names the key."""
-    config = copy.deepcopy(config)
+    # Keys starting with "_" only hold YAML anchors (see config.yaml).
+    config = copy.deepcopy({k: v for k, v in config.items() if not str(k).startswith("_")})
     fill_defaults(config, schema, schema)
     _check(config, schema, schema)
     defs = schema["$defs"]
@@ -75,6 +76,7 @@ def validate(config: dict, schema: dict) -> dict:
             merged = _deep_merge(config[base], task[key])
             _check(merged, defs[base], schema, prefix=("tasks", i, key))
             task[key] = merged
+        _check_model_shape(task["model"], f"{where}.model")
         for s in task["schemes"]:
             if s not in config["schemes"]:
                 known = ", ".join(sorted(config["schemes"]))
@@ -87,6 +89,13 @@ def validate(config: dict, schema: dict) -> dict:
                 f"test sequence ({longest} tokens)"
             )
     return config
+
+
+def _check_model_shape(model: dict, where: str) -> None:
+    if model["d_model"] % model["n_head"]:
+        raise UserError(f"{where}.n_head: d_model {model['d_model']} is not divisible by n_head {model['n_head']}")
+    if (model["d_model"] // model["n_head"]) % 2:
+        raise UserError(f"{where}.n_head: head size d_model/n_head must be even (rotary pairs channels)")
 
 
 def _deep_merge(base: dict, override: dict) -> dict:

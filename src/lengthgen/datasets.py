@@ -60,7 +60,12 @@ def read(path) -> tuple[pa.Table, dict]:
     raw = (table.schema.metadata or {}).get(META_KEY)
     if raw is None:
         raise UserError(f"{path}: Parquet file without lengthgen metadata; regenerate it")
-    meta = json.loads(raw)
+    try:
+        meta = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        meta = None
+    if not isinstance(meta, dict):
+        raise UserError(f"{path}: unreadable lengthgen metadata; regenerate it")
     if meta.get("format_version") != FORMAT_VERSION:
         raise UserError(
             f"{path}: dataset format version {meta.get('format_version')}, expected {FORMAT_VERSION}; regenerate it"
@@ -78,6 +83,8 @@ def generate(task_cfg: dict, split: str, seed: int, out, train_path=None) -> Non
     params = task_cfg["params"]
     if split == "train":
         columns = module.generate_train(params, task_cfg["train_examples"], np.random.default_rng(seed))
+    elif train_path is None:
+        raise UserError("generate: the test split needs --train (it is drawn disjoint from the training set)")
     else:
         eval_cfg = task_cfg["eval"]
         want = eval_cfg["examples"]
@@ -103,7 +110,7 @@ def _keep_unseen(columns: dict, train_path, want: int, group: list[str]) -> dict
     for key in np.unique(keys, axis=0):
         rows = np.flatnonzero((keys == key).all(axis=1) & fresh)
         if len(rows) < want:
-            where = ", ".join(f"{g}={v}" for g, v in zip(group, key))
+            where = ", ".join(f"{g}={v}" for g, v in zip(group, key, strict=True))
             raise UserError(
                 f"eval.lengths: only {len(rows)} test examples at {where} differ from the training set; "
                 f"need {want} (use longer lengths or fewer eval.examples)"
@@ -121,7 +128,7 @@ def padded(table: pa.Table, pad: int = 0) -> dict:
     t_max = int(lengths.max())
     tok = np.full((len(tokens), t_max), pad, dtype=np.int64)
     pos = np.zeros((len(tokens), t_max), dtype=np.int64)
-    for i, (t, p) in enumerate(zip(tokens, positions)):
+    for i, (t, p) in enumerate(zip(tokens, positions, strict=True)):
         tok[i, : len(t)], pos[i, : len(p)] = t, p
     out = {"tokens": tok, "positions": pos, "seq_len": lengths}
     for name in table.column_names:

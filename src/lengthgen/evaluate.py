@@ -53,14 +53,14 @@ def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print) -> pd.Da
     rows = []
     for key in np.unique(keys, axis=0):
         idx = np.flatnonzero((keys == key).all(axis=1))
-        correct = 0.0
+        correct = 0
         for start in range(0, len(idx), eval_cfg["batch_size"]):
             chunk = idx[start : start + eval_cfg["batch_size"]]
             batch = {k: torch.from_numpy(np.asarray(arrays[k][chunk], dtype=np.int64))
                      for k in ("tokens", "positions", "seq_len", "answer_start")}
-            _, acc = step_loss(model, batch, dev)
-            correct += acc.item() * len(chunk)
-        rows.append({**dict(zip(group, map(int, key))), "examples": len(idx), "accuracy": correct / len(idx)})
+            correct += int(step_loss(model, batch, dev)[1].sum())
+        axes = dict(zip(group, map(int, key), strict=True))
+        rows.append({**axes, "examples": len(idx), "accuracy": correct / len(idx)})
         log(f"{ckpt['cell']['task']}/{ckpt['cell']['scheme']}: {rows[-1]}")
     cell = ckpt["cell"]
     df = pd.DataFrame(rows).assign(task=cell["task"], scheme=cell["scheme"], seed=cell["seed"])

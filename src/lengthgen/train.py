@@ -59,7 +59,7 @@ def answer_mask(seq_len: torch.Tensor, answer_start: torch.Tensor, t: int) -> to
 
 
 def step_loss(model, batch: dict, dev) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cross entropy on answer tokens and per-example exact match (teacher forced)."""
+    """Cross entropy on answer tokens and per-example exact match (B,) (teacher forced)."""
     t = int(batch["seq_len"].max())
     tokens, pos = batch["tokens"][:, :t].to(dev), batch["positions"][:, :t].to(dev)
     mask = answer_mask(batch["seq_len"], batch["answer_start"], t - 1).to(dev)
@@ -68,7 +68,13 @@ def step_loss(model, batch: dict, dev) -> tuple[torch.Tensor, torch.Tensor]:
     targets = tokens[:, 1:]
     loss = F.cross_entropy(logits[mask].float(), targets[mask])
     wrong = ((logits.argmax(-1) != targets) & mask).any(dim=1)
-    return loss, (~wrong).float().mean()
+    return loss, ~wrong
+
+
+def _converged(loss: float, accuracy: float, early_stop: dict) -> bool:
+    """A batch counts towards early stopping when it is accurate and, if set, its loss is low:
+    fitting is not enough for length generalization, attention must also be sharp."""
+    return accuracy >= early_stop["accuracy"] and (early_stop["loss"] is None or loss <= early_stop["loss"])
 
 
 def _cell_id(cell: dict) -> str:
@@ -134,8 +140,8 @@ def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = ""
             group["lr"] = lr_at(step, cfg)
         idx = batch_indices(step, n, cfg["batch_size"], cell["seed"])
         model.train()
-        loss, acc = step_loss(model, {k: v[idx] for k, v in data.items()}, dev)
-        loss_value, acc_value = loss.item(), acc.item()
+        loss, correct = step_loss(model, {k: v[idx] for k, v in data.items()}, dev)
+        loss_value, acc_value = loss.item(), correct.float().mean().item()
         if not math.isfinite(loss_value):
             raise TrainingDiverged(f"{cell_id}: loss is {loss_value} at step {step}; lower train.lr or check the data")
         opt.zero_grad(set_to_none=True)
@@ -143,7 +149,7 @@ def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = ""
         if cfg["grad_clip"]:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
         opt.step()
-        streak = streak + 1 if acc_value >= cfg["early_stop"]["accuracy"] else 0
+        streak = streak + 1 if _converged(loss_value, acc_value, cfg["early_stop"]) else 0
         rows.append((step, loss_value, acc_value, opt.param_groups[0]["lr"]))
         step += 1
         elapsed = time.perf_counter() - started

@@ -43,10 +43,13 @@ def check(params, eval_cfg, where: str) -> None:
             )
     if params["locality"] and params["locality"] > min(params["n_min"], *eval_cfg["lengths"]):
         raise UserError(f"{where}.params.locality: window {params['locality']} is longer than the shortest sequence")
+    shortest, k_max = min(eval_cfg["lengths"]), max(eval_k(params, eval_cfg))
+    if k_max > shortest:
+        raise UserError(f"{where}.eval.lengths: test length {shortest} cannot hold k={k_max} planted tokens")
 
 
 def _block(n: int, k: int, m: int, locality, rng: np.random.Generator):
-    """m examples of length n with k planted bits: tokens (m, n+3) and the answer bits."""
+    """m examples of length n with k planted bits, as tokens (m, n+3) ending in the answer."""
     bits = rng.integers(0, 2, size=(m, n), dtype=np.int64)
     width = locality or n
     # k distinct positions inside a window of `width`: the first k of a random permutation.

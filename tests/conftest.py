@@ -1,0 +1,203 @@
+"""Shared fixtures and helpers for the lengthgen tests.
+
+Everything here is small on purpose: the tests must run on two busy CPU cores.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# The interpreter running pytest is the venv's; its bin/ also holds `snakemake`.
+VENV_BIN = Path(sys.prefix) / "bin" if (Path(sys.prefix) / "bin" / "snakemake").exists() else REPO / ".venv" / "bin"
+PYTHON = str(VENV_BIN / "python") if (VENV_BIN / "python").exists() else sys.executable
+
+# What a scratch copy of the workflow needs to run.
+WORKFLOW_ITEMS = ("Snakefile", "config.yaml", "config", "workflow", "src", "profiles")
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".snakemake", "results")
+
+# Defaults of $defs/train in workflow/schemas/config.schema.yaml.
+TRAIN_DEFAULTS = {
+    "batch_size": 64,
+    "lr": 0.001,
+    "min_lr_ratio": 0.1,
+    "weight_decay": 0.01,
+    "warmup_steps": 50,
+    "max_steps": 3000,
+    "grad_clip": 1.0,
+    "checkpoint_every": 200,
+    "log_every": 100,
+    "early_stop": {"accuracy": 1.0, "loss": None, "patience": 20},
+}
+
+# A model small enough to train a few steps in well under a second.
+TINY_MODEL = {"n_layer": 1, "d_model": 16, "n_head": 2, "d_ff": 32, "dropout": 0.0, "max_position": 64}
+
+# Defaults of $defs/sparse_parity_params.
+SPARSE_PARITY_DEFAULTS = {"k": 1, "k_mode": "fixed", "n_min": 10, "n_max": 20, "locality": None}
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def copy_workflow(dst) -> Path:
+    """Copy what the workflow needs from the repo into `dst` (items already there are kept)."""
+    dst = Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in WORKFLOW_ITEMS:
+        src, target = REPO / name, dst / name
+        if target.exists() or not src.exists():
+            continue
+        if src.is_dir():
+            shutil.copytree(src, target, ignore=_IGNORE)
+        else:
+            shutil.copy2(src, target)
+    return dst
+
+
+def venv_env(**extra) -> dict:
+    """The current environment with the venv's bin/ first on PATH."""
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def run_snakemake(workdir, *args, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run `snakemake *args` in a scratch copy of the workflow at `workdir` (no timeout by default)."""
+    workdir = copy_workflow(workdir)
+    return subprocess.run(
+        [str(VENV_BIN / "snakemake"), *map(str, args)],
+        cwd=workdir,
+        env=venv_env(),
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
+
+
+def run_lengthgen(*args, cwd=None, timeout: float | None = 300) -> subprocess.CompletedProcess:
+    """Run `python -m lengthgen *args` from the repo's src/ (as the rules do)."""
+    return subprocess.run(
+        [PYTHON, "-m", "lengthgen", *map(str, args)],
+        cwd=cwd,
+        env=venv_env(PYTHONPATH=str(REPO / "src")),
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
+
+
+def error_lines(stderr: str, prefix: str = "lengthgen: error:") -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith(prefix)]
+
+
+def sparse_parity_task(name="tiny", *, train_examples=64, lengths=(10, 14), examples=8, **params) -> dict:
+    """A validated-looking sparse_parity task entry (params and eval with defaults filled)."""
+    return {
+        "name": name,
+        "kind": "sparse_parity",
+        "params": {**SPARSE_PARITY_DEFAULTS, "k": 2, "n_min": 6, "n_max": 10, **params},
+        "train_examples": train_examples,
+        "eval": {"lengths": list(lengths), "examples": examples, "k": None},
+    }
+
+
+def data_slice(task: dict, split: str, seed: int) -> dict:
+    """The shape of lengthgen.config.data_slice for `task`."""
+    out = {"name": task["name"], "kind": task["kind"], "params": task["params"], "split": split, "seed": seed}
+    if split == "train":
+        out["train_examples"] = task["train_examples"]
+    else:
+        out["eval"] = task["eval"]
+    return out
+
+
+def write_dataset(directory, task: dict, data_seed: int = 1234, eval_seed: int = 4321) -> dict:
+    """Generate train.parquet and test.parquet of `task` into `directory`; return their paths."""
+    from lengthgen import datasets
+
+    directory = Path(directory)
+    train, test = directory / "train.parquet", directory / "test.parquet"
+    datasets.generate(data_slice(task, "train", data_seed), "train", data_seed, train)
+    datasets.generate(data_slice(task, "test", eval_seed), "test", eval_seed, test, train_path=train)
+    return {"train": train, "test": test, "task": task, "dir": directory}
+
+
+def make_cell(task="tiny", scheme="rope", seed=0, encoding=None, model=None, device="cpu", threads=1, **train):
+    """A cell dict for lengthgen.train.train (shape of lengthgen.config.cell_slice).
+
+    Tiny by default: a one-layer model trained for 2 steps; keyword args override train keys.
+    """
+    train_cfg = copy.deepcopy(TRAIN_DEFAULTS)
+    train_cfg.update(batch_size=8, warmup_steps=1, max_steps=2, checkpoint_every=1000, log_every=1000)
+    train_cfg["early_stop"] = {"accuracy": 1.0, "loss": None, "patience": 0}
+    train_cfg.update(train)
+    enc = encoding or {"nope": "none"}.get(scheme, scheme)
+    return {
+        "task": task,
+        "scheme": scheme,
+        "seed": seed,
+        "scheme_options": {"encoding": enc, **({"rope_base": 10000.0} if enc == "rope" else {})},
+        "model": {**TINY_MODEL, **(model or {})},
+        "train": train_cfg,
+        "device": device,
+        "threads": threads,
+    }
+
+
+# -- fixtures -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def schema() -> dict:
+    from lengthgen.config import load_yaml
+
+    return load_yaml(REPO / "workflow/schemas/config.schema.yaml")
+
+
+@pytest.fixture
+def tiny_cell():
+    """Builder: tiny_cell(task=..., scheme=..., seed=..., **train_overrides) -> cell dict."""
+    return make_cell
+
+
+@pytest.fixture
+def tiny_task():
+    """Builder: tiny_task(name=..., train_examples=..., lengths=..., examples=..., **params)."""
+    return sparse_parity_task
+
+
+@pytest.fixture
+def write_sparse_parity(tmp_path):
+    """Builder: write_sparse_parity(name="tiny", subdir=None, data_seed=..., **task_kwargs) -> paths."""
+
+    def make(name="tiny", subdir=None, data_seed=1234, eval_seed=4321, **task_kwargs):
+        task = sparse_parity_task(name, **task_kwargs)
+        return write_dataset(tmp_path / (subdir or name), task, data_seed=data_seed, eval_seed=eval_seed)
+
+    return make
+
+
+@pytest.fixture
+def tiny_dataset(write_sparse_parity) -> dict:
+    """A tiny sparse_parity train+test pair in tmp_path: {"train", "test", "task", "dir"}."""
+    return write_sparse_parity()
+
+
+@pytest.fixture
+def workflow_copy(tmp_path) -> Path:
+    """A scratch copy of the workflow (Snakefile, config, workflow/, src/, profiles/)."""
+    return copy_workflow(tmp_path / "wf")

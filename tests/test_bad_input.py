@@ -1,0 +1,152 @@
+"""Bad input: every mistake a user can make ends with one line naming the key or file,
+exit status non-zero, no traceback, and nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import error_lines, run_lengthgen, run_snakemake
+
+# A valid task to start from; each case breaks one thing.
+GOOD_TASK = {
+    "name": "bad_case",
+    "kind": "sparse_parity",
+    "schemes": ["rope"],
+    "train_examples": 100,
+    "params": {"k": 2, "n_min": 6, "n_max": 10},
+    "eval": {"lengths": [10, 20], "examples": 10},
+}
+
+
+def _task(**changes) -> dict:
+    task = json.loads(json.dumps(GOOD_TASK))
+    for key, value in changes.items():
+        if "." in key:
+            outer, inner = key.split(".")
+            task[outer][inner] = value
+        else:
+            task[key] = value
+    return task
+
+
+# (id, config override, distinctive substring of the error line)
+CONFIG_CASES = [
+    ("unknown_task_kind", {"tasks": [_task(kind="sparse_parityy")]}, "tasks[0].kind"),
+    ("unknown_scheme", {"tasks": [_task(schemes=["rope", "xpos"])]}, "tasks[0].schemes"),
+    ("k_larger_than_n_min", {"tasks": [_task(**{"params.k": 7})]}, "tasks[0].params.k"),
+    ("empty_eval_lengths", {"tasks": [_task(**{"eval.lengths": []})]}, "tasks[0].eval.lengths"),
+    ("zero_max_steps", {"tasks": [_task()], "train": {"max_steps": 0}}, "config.train.max_steps"),
+    ("negative_seed", {"tasks": [_task()], "seeds": [0, -1]}, "config.seeds[1]"),
+    ("negative_data_seed", {"tasks": [_task()], "data_seed": -5}, "config.data_seed"),
+    ("max_position_too_small", {"tasks": [_task()], "model": {"max_position": 16}}, "tasks[0].model.max_position"),
+    ("typo_top_level_key", {"tasks": [_task()], "seeeds": [0]}, "'seeeds'"),
+    ("device_not_in_enum", {"tasks": [_task()], "device": "gpu"}, "config.device"),
+    ("task_zero_max_steps", {"tasks": [_task(train={"max_steps": 0})]}, "tasks[0].train.max_steps"),
+]
+
+
+def assert_one_line_error(proc, needle: str, prefix: str = "lengthgen: error:") -> str:
+    assert proc.returncode != 0, f"exit status 0\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = error_lines(proc.stderr, prefix)
+    assert len(lines) == 1, f"expected one line starting {prefix!r} in stderr:\n{proc.stderr}"
+    assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+def temp_files(root: Path) -> list[Path]:
+    """Leftovers of fileio.atomic_path (".<name>.tmp<pid>") anywhere under root."""
+    return [p for p in root.rglob(".*") if ".tmp" in p.name]
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("override,needle", [c[1:] for c in CONFIG_CASES], ids=[c[0] for c in CONFIG_CASES])
+def test_bad_config(tmp_path, override, needle):
+    wf = tmp_path / "wf"
+    wf.mkdir()
+    (wf / "bad.yaml").write_text(yaml.safe_dump(override))
+    proc = run_snakemake(wf, "-n", "-c1", "--configfile", "bad.yaml", timeout=120)
+    assert_one_line_error(proc, needle)
+    assert not (wf / "results").exists()
+
+
+@pytest.mark.workflow
+def test_good_config_control(tmp_path):
+    """The unbroken task passes validation, so each case above fails for its one change."""
+    wf = tmp_path / "wf"
+    wf.mkdir()
+    (wf / "good.yaml").write_text(yaml.safe_dump({"tasks": [_task()]}))
+    proc = run_snakemake(wf, "-n", "-c1", "--configfile", "good.yaml", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "lengthgen: error:" not in proc.stderr
+    assert not (wf / "results").exists()
+
+
+# -- CLI ----------------------------------------------------------------------------------
+
+EVAL = json.dumps({"device": "cpu", "threads": 1, "batch_size": 100})
+
+
+def test_train_on_corrupted_parquet(tmp_path, tiny_cell):
+    data = tmp_path / "corrupt.parquet"
+    data.write_bytes(np.random.default_rng(0).bytes(2048))
+    out_dir, ckpt = tmp_path / "run", tmp_path / "ckpt" / "last.pt"
+    proc = run_lengthgen(
+        "train",
+        "--cell",
+        json.dumps(tiny_cell(task="tiny")),
+        "--data",
+        data,
+        "--out-dir",
+        out_dir,
+        "--checkpoint",
+        ckpt,
+        cwd=tmp_path,
+    )
+    assert_one_line_error(proc, str(data))
+    assert not (out_dir / "model.pt").exists()
+    assert not ckpt.exists()
+    assert not temp_files(tmp_path)
+
+
+def test_sweep_with_model_of_another_task(tmp_path, tiny_cell, write_sparse_parity):
+    from lengthgen.train import train
+
+    a = write_sparse_parity("task_a")
+    b = write_sparse_parity("task_b")
+    run_dir = tmp_path / "runs" / "task_a"
+    train(tiny_cell(task="task_a", max_steps=2), a["train"], run_dir, tmp_path / "ckpt.pt", log=lambda _msg: None)
+    model = run_dir / "model.pt"
+    assert model.exists()
+    out = tmp_path / "sweep.parquet"
+    proc = run_lengthgen("sweep", "--model", model, "--data", b["test"], "--eval", EVAL, "--out", out, cwd=tmp_path)
+    line = assert_one_line_error(proc, str(model))
+    assert "task_a" in line and "task_b" in line
+    assert not out.exists()
+    assert not temp_files(tmp_path)
+
+
+def test_sweep_with_missing_model(tmp_path, tiny_dataset):
+    model = tmp_path / "nowhere" / "model.pt"
+    out = tmp_path / "sweep.parquet"
+    proc = run_lengthgen(
+        "sweep", "--model", model, "--data", tiny_dataset["test"], "--eval", EVAL, "--out", out, cwd=tmp_path
+    )
+    assert_one_line_error(proc, str(model))
+    assert not out.exists()
+    assert not temp_files(tmp_path)
+
+
+def test_generate_with_invalid_json(tmp_path):
+    out = tmp_path / "data" / "train.parquet"
+    proc = run_lengthgen("generate", "--task", '{"name": "x", kind: sparse_parity}', "--out", out, cwd=tmp_path)
+    # argparse reports this one ("lengthgen generate: error: argument --task: ...")
+    assert_one_line_error(proc, "--task", prefix="lengthgen generate: error:")
+    assert "not valid JSON" in proc.stderr
+    assert not out.exists()
+    assert not out.parent.exists()
+    assert not temp_files(tmp_path)

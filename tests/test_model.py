@@ -1,0 +1,153 @@
+"""The transformer: shapes, causality, and what each positional scheme can see."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lengthgen.model import ENCODINGS, ModelConfig, Transformer, alibi_bias, alibi_slopes, rotary
+
+VOCAB, B, T = 7, 3, 12
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_model(encoding: str, seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=VOCAB, n_layer=2, d_model=16, n_head=2, d_ff=32, encoding=encoding, max_position=64)
+    return Transformer(cfg).eval()
+
+
+def inputs(seed: int = 1, offset: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(1, VOCAB, (B, T), generator=gen)
+    pos = torch.arange(T).expand(B, T) + offset
+    return tokens, pos
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_output_shape(encoding):
+    tokens, pos = inputs()
+    with torch.no_grad():
+        logits = tiny_model(encoding)(tokens, pos)
+    assert logits.shape == (B, T, VOCAB)
+    assert logits.dtype == torch.float32
+    assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("t", [0, 4, T - 2])
+def test_causal(encoding, t):
+    model = tiny_model(encoding)
+    tokens, pos = inputs()
+    changed = tokens.clone()
+    changed[:, t + 1 :] = (tokens[:, t + 1 :] % (VOCAB - 1)) + 1  # a different non-pad token everywhere after t
+    assert (changed[:, t + 1 :] != tokens[:, t + 1 :]).all()
+    with torch.no_grad():
+        a, b = model(tokens, pos), model(changed, pos)
+    torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1], atol=1e-5, rtol=0)
+    # not vacuous: the changed positions themselves do see the change
+    assert (a[:, t + 1 :] - b[:, t + 1 :]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("encoding", ["none", "rope", "alibi"])
+@pytest.mark.parametrize("offset", [1, 37])
+def test_relative_schemes_ignore_a_constant_shift(encoding, offset):
+    model = tiny_model(encoding)
+    tokens, pos = inputs()
+    with torch.no_grad():
+        a, b = model(tokens, pos), model(tokens, pos + offset)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("encoding", ["rope", "alibi"])
+def test_relative_schemes_see_relative_positions(encoding):
+    """Stretching the positions (distance 1 -> 2) changes rope and alibi logits."""
+    model = tiny_model(encoding)
+    tokens, pos = inputs()
+    with torch.no_grad():
+        a, b = model(tokens, pos), model(tokens, pos * 2)
+    assert (a - b).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("offset", [1, 37])
+def test_ape_sees_absolute_positions(offset):
+    model = tiny_model("ape")
+    tokens, pos = inputs()
+    with torch.no_grad():
+        a, b = model(tokens, pos), model(tokens, pos + offset)
+    assert (a - b).abs().max() > 1e-4
+
+
+def test_nope_ignores_position_ids_entirely():
+    model = tiny_model("none")
+    tokens, pos = inputs()
+    scrambled = pos[:, torch.randperm(T, generator=torch.Generator().manual_seed(0))]
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens, pos), model(tokens, scrambled), atol=0, rtol=0)
+
+
+def test_ape_rejects_positions_past_max_position():
+    model = tiny_model("ape")
+    tokens, pos = inputs()
+    with pytest.raises(IndexError):
+        model(tokens, pos + 64)
+
+
+def test_alibi_slopes():
+    torch.testing.assert_close(alibi_slopes(2), torch.tensor([2.0**-4, 2.0**-8]))
+    torch.testing.assert_close(alibi_slopes(4), torch.tensor([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]))
+
+
+def test_alibi_bias_hand_computed():
+    inf = -math.inf
+    slopes = torch.tensor([0.5, 0.25])
+    bias = alibi_bias(torch.tensor([[0, 1, 2, 3]]), slopes, torch.float32)
+    assert bias.shape == (1, 2, 4, 4)
+    expected_h0 = torch.tensor(
+        [
+            [0.0, inf, inf, inf],
+            [-0.5, 0.0, inf, inf],
+            [-1.0, -0.5, 0.0, inf],
+            [-1.5, -1.0, -0.5, 0.0],
+        ]
+    )
+    torch.testing.assert_close(bias[0, 0], expected_h0)
+    torch.testing.assert_close(bias[0, 1], expected_h0 / 2)  # -inf / 2 stays -inf
+
+
+def test_alibi_bias_uses_position_ids():
+    """Distances come from position IDs, not indices: ids 3, 5, 9 give distances 2, 6, 4."""
+    inf = -math.inf
+    bias = alibi_bias(torch.tensor([[3, 5, 9], [0, 1, 2]]), torch.tensor([0.5]), torch.float32)
+    assert bias.shape == (2, 1, 3, 3)
+    expected = torch.tensor([[0.0, inf, inf], [-1.0, 0.0, inf], [-3.0, -2.0, 0.0]])
+    torch.testing.assert_close(bias[0, 0], expected)
+    torch.testing.assert_close(bias[1, 0], torch.tensor([[0.0, inf, inf], [-0.5, 0.0, inf], [-1.0, -0.5, 0.0]]))
+
+
+def test_rotary_hand_computed():
+    """One pair of channels at position p rotates by angle p (inv_freq 1 for channel pair 0)."""
+    x = torch.tensor([1.0, 0.0, 0.0, 1.0]).view(1, 1, 1, 4)  # (B, nh, T, hs)
+    out = rotary(x, torch.tensor([[2]]), base=10000.0)
+    # pair 0 (channels 0, 1): angle 2 * 1; pair 1 (channels 2, 3): angle 2 * 10000^(-1/2)
+    a0, a1 = 2.0, 2.0 * 10000.0**-0.5
+    expected = torch.tensor([math.cos(a0), math.sin(a0), -math.sin(a1), math.cos(a1)]).view(1, 1, 1, 4)
+    torch.testing.assert_close(out, expected)
+    # position 0 is the identity, and rotation keeps the norm
+    torch.testing.assert_close(rotary(x, torch.tensor([[0]]), 10000.0), x)
+    y = torch.randn(2, 3, 5, 8)
+    assert torch.allclose(rotary(y, torch.arange(5).expand(2, 5) * 7, 100.0).norm(dim=-1), y.norm(dim=-1), atol=1e-5)
+
+
+def test_unknown_encoding_rejected():
+    with pytest.raises(ValueError, match="encoding"):
+        Transformer(ModelConfig(vocab_size=VOCAB, encoding="sinusoidal"))

@@ -1,0 +1,110 @@
+"""The workflow end to end on config/smoke.yaml, and the caching contract by dry runs:
+nothing to redo after a run; a task parameter reruns only that task; a model edit reruns
+training and what follows but not data; a figure edit reruns only the figure."""
+
+import re
+import shutil
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import copy_workflow, run_snakemake
+
+pytestmark = [pytest.mark.workflow, pytest.mark.slow]
+
+SMOKE = ["--configfile", "config/smoke.yaml"]
+
+
+def planned_jobs(workdir, *args) -> list[tuple[str, str]]:
+    """(rule, wildcards) of every job a dry run would execute."""
+    done = run_snakemake(workdir, "-n", "-c1", *SMOKE, *args)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout + done.stderr
+    jobs, rule = [], None
+    for line in text.splitlines():
+        if m := re.match(r"^(?:local)?rule (\w+):$", line.strip()):
+            rule = m.group(1)
+            jobs.append((rule, ""))
+        elif rule and (m := re.match(r"^wildcards: (.*)$", line.strip())):
+            jobs[-1] = (rule, m.group(1))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("smoke")
+    copy_workflow(workdir)
+    done = run_snakemake(workdir, "-c2", *SMOKE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return workdir
+
+
+def test_smoke_tables_are_long_sorted_and_complete(smoke_run):
+    cfg = yaml.safe_load((smoke_run / "config/smoke.yaml").read_text())
+    df = pd.read_csv(smoke_run / "results/tables/length_sweep.csv")
+    assert list(df.columns) == ["task", "scheme", "seed", "length", "k", "examples", "accuracy"]
+    cells = sum(len(t["schemes"]) * len(t["eval"]["lengths"]) for t in cfg["tasks"]) * len(cfg["seeds"])
+    assert len(df) == cells
+    assert df.equals(df.sort_values(["task", "scheme", "seed", "length", "k"]).reset_index(drop=True))
+    assert (df["examples"] == 100).all() and df["accuracy"].between(0, 1).all()
+    text = (smoke_run / "results/tables/length_sweep.csv").read_text()
+    assert all(len(v.split(".")[1]) == 4 for v in re.findall(r",(\d\.\d+)$", text, flags=re.M))
+    assert str(smoke_run) not in text and "/" not in text
+    assert (smoke_run / "results/figures/sparse_parity.png").stat().st_size > 10_000
+    assert "smoke_k1" in (smoke_run / "results/tables/summary.md").read_text()
+    assert "claim" in (smoke_run / "results/tables/claims.md").read_text()
+
+
+def test_second_run_has_nothing_to_do(smoke_run):
+    assert planned_jobs(smoke_run) == []
+
+
+def test_task_parameter_change_reruns_only_that_task(smoke_run, tmp_path):
+    cfg = yaml.safe_load((smoke_run / "config/smoke.yaml").read_text())
+    cfg["tasks"][1]["params"]["n_max"] = 9
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(smoke_run, "--configfile", str(changed))
+    cell_jobs = [(r, w) for r, w in jobs if w]
+    assert cell_jobs, "the changed task must rerun"
+    assert all("task=smoke_k2" in w for _, w in cell_jobs), cell_jobs
+    assert {r for r, _ in cell_jobs} == {"generate_dataset", "train", "length_sweep"}
+
+
+def _edited(smoke_run, relpath):
+    """Append a comment to a source file of the copy; the caller restores it."""
+    path = smoke_run / relpath
+    backup = path.read_text()
+    path.write_text(backup + "\n# an edit\n")
+    return path, backup
+
+
+@pytest.mark.parametrize(
+    ("relpath", "expected"),
+    [
+        ("src/lengthgen/model.py", {"train", "length_sweep", "aggregate", "claims", "figure_sparse_parity",
+                                    "provenance", "all"}),
+        ("src/lengthgen/figures.py", {"figure_sparse_parity", "all"}),
+        ("src/lengthgen/tasks/sparse_parity.py", {"generate_dataset", "train", "length_sweep", "aggregate",
+                                                  "claims", "figure_sparse_parity", "provenance", "all"}),
+    ],
+)
+def test_code_edit_reruns_exactly_its_stages(smoke_run, relpath, expected):
+    path, backup = _edited(smoke_run, relpath)
+    try:
+        assert {r for r, _ in planned_jobs(smoke_run)} == expected
+    finally:
+        path.write_text(backup)
+    assert planned_jobs(smoke_run) == []
+
+
+def test_two_clean_runs_give_byte_identical_tables(smoke_run, tmp_path):
+    copy_workflow(tmp_path)
+    done = run_snakemake(tmp_path, "-c1", *SMOKE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second = smoke_run / "results/tables", tmp_path / "results/tables"
+    names = sorted(p.name for p in first.iterdir())
+    assert names == sorted(p.name for p in second.iterdir()) and names
+    for name in names:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    shutil.rmtree(tmp_path / "results")
