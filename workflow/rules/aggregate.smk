@@ -22,7 +22,7 @@ rule aggregate:
     conda:
         ENV
     shell:
-        "{LENGTHGEN} aggregate --sweeps {input:q} --csv {output.csv:q} --md {output.md:q} 2> {log:q}"
+        "python -m lengthgen aggregate --sweeps {input:q} --csv {output.csv:q} --md {output.md:q} 2> {log:q}"
 
 
 rule claims:
@@ -40,7 +40,7 @@ rule claims:
     conda:
         ENV
     shell:
-        "{LENGTHGEN} claims --sweep-csv {input:q} --sparse-tasks {params.sparse:q} --config {params.config:q}"
+        "python -m lengthgen claims --sweep-csv {input:q} --sparse-tasks {params.sparse:q} --config {params.config:q}"
         " --csv {output.csv:q} --md {output.md:q} 2> {log:q} && cat {log:q}"
 
 
@@ -62,7 +62,7 @@ rule figure_sparse_parity:
     conda:
         ENV
     shell:
-        "{LENGTHGEN} figure --sweep-csv {input:q} --tasks {params.tasks:q} --train-max {params.train_max}"
+        "python -m lengthgen figure --sweep-csv {input:q} --tasks {params.tasks:q} --train-max {params.train_max}"
         " --out {output:q} 2> {log:q}"
 
 
@@ -76,4 +76,4 @@ rule provenance:
     conda:
         ENV
     shell:
-        "{LENGTHGEN} provenance --meta {input:q} --out {output:q} 2> {log:q}"
+        "python -m lengthgen provenance --meta {input:q} --out {output:q} 2> {log:q}"

@@ -1,9 +1,15 @@
 # Config validation, wildcard constraints and the helpers every rule file uses.
+import os
 import sys
 from pathlib import Path
 
 SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
+
+# Every stage runs as `python -m lengthgen` from this checkout's src/, with or without conda,
+# with no install step; jobs inherit the variable (cluster jobs re-enter this file). It is
+# set here, not read, so it needs no `envvars:` declaration.
+os.environ.update(PYTHONPATH=SRC)
 
 from lengthgen import config as lgconfig  # noqa: E402
 from lengthgen.digest import stage_digest  # noqa: E402
@@ -15,9 +21,7 @@ try:
 except UserError as err:
     sys.exit(f"lengthgen: error: {err}")  # one line, no traceback, nothing written
 
-# Every stage runs as `python -m lengthgen`, from the checkout's src/, with or without conda.
-LENGTHGEN = f"PYTHONPATH={SRC} python -m lengthgen"
-ENV = "../envs/lengthgen.yaml"
+ENV = "../../environment.yml"  # one environment for every rule, and for users
 
 # Digests of the source files each stage imports: an edit in src/ reruns exactly the rules
 # whose stage reads the edited file (Snakemake only sees rule code and params).

@@ -16,4 +16,4 @@ rule generate_dataset:
     conda:
         ENV
     shell:
-        "{LENGTHGEN} generate --task {params.task:q} {params.train} --out {output:q} 2> {log:q}"
+        "python -m lengthgen generate --task {params.task:q} {params.train} --out {output:q} 2> {log:q}"

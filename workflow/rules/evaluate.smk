@@ -18,5 +18,5 @@ rule length_sweep:
     conda:
         ENV
     shell:
-        "{LENGTHGEN} sweep --model {input.model:q} --data {input.data:q} --eval {params.eval:q}"
+        "python -m lengthgen sweep --model {input.model:q} --data {input.data:q} --eval {params.eval:q}"
         " --out {output:q} 2> {log:q}"

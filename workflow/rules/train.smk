@@ -22,5 +22,5 @@ rule train:
     conda:
         ENV
     shell:
-        "{LENGTHGEN} train --cell {params.cell:q} --data {input:q} --out-dir {params.out_dir:q}"
+        "python -m lengthgen train --cell {params.cell:q} --data {input:q} --out-dir {params.out_dir:q}"
         " --checkpoint {params.checkpoint:q} --code-digest {params.code} 2> {log:q}"
