@@ -3,9 +3,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 CORES ?= all
-SNAKEMAKE := snakemake --cores $(CORES) --profile profiles/default
+SNAKEMAKE := snakemake --cores $(CORES)  # profiles/default is picked up by itself
 
-.PHONY: run test lint smoke paper dryrun clean
+.PHONY: run test lint paper dryrun clean
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -14,6 +14,7 @@ $(VENV)/.installed: requirements.txt
 
 run: $(VENV)/.installed  ## the embedded default (config.yaml): CPU, minutes
 	$(SNAKEMAKE)
+	@cat results/tables/claims.md
 	@echo "tables: results/tables/  figures: results/figures/  scorecard: results/tables/claims.md"
 
 test: $(VENV)/.installed  ## unit, workflow and end-to-end smoke tests
@@ -22,9 +23,6 @@ test: $(VENV)/.installed  ## unit, workflow and end-to-end smoke tests
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	snakemake --lint
-
-smoke: $(VENV)/.installed  ## the tiny grid, into results-smoke/ of a scratch copy
-	$(SNAKEMAKE) --configfile config/smoke.yaml --directory $(or $(DIR),/tmp/lengthgen-smoke) --snakefile Snakefile
 
 paper: $(VENV)/.installed  ## the paper-scale grid (use a GPU cluster: see README)
 	$(SNAKEMAKE) --configfile config/paper.yaml
