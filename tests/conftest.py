@@ -20,7 +20,7 @@ VENV_BIN = Path(sys.prefix) / "bin" if (Path(sys.prefix) / "bin" / "snakemake").
 PYTHON = str(VENV_BIN / "python") if (VENV_BIN / "python").exists() else sys.executable
 
 # What a scratch copy of the workflow needs to run.
-WORKFLOW_ITEMS = ("Snakefile", "config.yaml", "config", "workflow", "src", "profiles")
+WORKFLOW_ITEMS = ("Snakefile", "config.yaml", "config", "workflow", "src", "profiles", "environment.yml")
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".snakemake", "results")
 
 # Defaults of $defs/train in workflow/schemas/config.schema.yaml.

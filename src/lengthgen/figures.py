@@ -24,10 +24,14 @@ def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out) -> None:
         kind="line", errorbar=("pi", 100), estimator="mean", marker="o", palette="viridis",
         height=2.8, aspect=1.1, facet_kws={"sharey": True},
     )
+    lengths = sorted(df["length"].unique())
     for ax in grid.axes.flat:
         ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.minorticks_off()
         ax.axvline(train_max, color="grey", lw=0.8, ls="--")  # longest training length
         ax.set_ylim(0.4, 1.02)
+    grid.set_titles(row_template="{row_name}", col_template="{col_name}")
     grid.set_axis_labels("test length n", "accuracy")
     grid.figure.suptitle("Sparse parity: accuracy vs length (mean over seeds, band = min..max)", y=1.03)
     with atomic_path(out) as tmp:
