@@ -5,7 +5,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 CORES ?= all
 SNAKEMAKE := snakemake --cores $(CORES)  # profiles/default is picked up by itself
 
-.PHONY: run test lint paper dryrun clean
+.PHONY: run test lint paper dryrun report diff clean
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -26,6 +26,14 @@ lint: $(VENV)/.installed
 
 paper: $(VENV)/.installed  ## the paper-scale grid (use a GPU cluster: see README)
 	$(SNAKEMAKE) --configfile config/paper.yaml
+
+report: $(VENV)/.installed  ## self-contained HTML report of the last run
+	$(SNAKEMAKE) --report results/report.html
+
+REV ?= HEAD
+TOL ?= 0
+diff: $(VENV)/.installed  ## cells of results/tables that moved since REV by more than TOL
+	PYTHONPATH=src $(PY) -m lengthgen diff --rev $(REV) --tolerance $(TOL)
 
 dryrun: $(VENV)/.installed
 	$(SNAKEMAKE) -n

@@ -108,3 +108,13 @@ def test_two_clean_runs_give_byte_identical_tables(smoke_run, tmp_path):
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
     shutil.rmtree(tmp_path / "results")
+
+
+def test_report_holds_every_figure_and_table_with_captions(smoke_run):
+    done = run_snakemake(smoke_run, *SMOKE, "--report", "report.html")
+    assert done.returncode == 0, done.stderr[-3000:]
+    html = (smoke_run / "report.html").read_text()
+    for name in ("sparse_parity.png", "summary.md", "claims.md"):
+        assert name in html, name
+    assert "The claims scorecard: each claim of the paper" in html  # a caption, verbatim
+    assert len(html) > 100_000  # the figure is embedded, so the file stands alone

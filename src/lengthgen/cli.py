@@ -80,6 +80,12 @@ def cmd_figure(a) -> None:
     figures.sparse_parity(a.sweep_csv, a.tasks, a.train_max, a.out)
 
 
+def cmd_diff(a) -> int:
+    from lengthgen import diff
+
+    return diff.diff_tables(a.rev, a.tables, a.tolerance)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lengthgen", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="stage", required=True)
@@ -126,6 +132,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_figure)
 
+    s = sub.add_parser("diff", help="cells of results/tables that moved since a commit (exit 1 if any)")
+    s.add_argument("--rev", required=True, help="git revision to compare with, e.g. HEAD~1")
+    s.add_argument("--tables", default="results/tables")
+    s.add_argument("--tolerance", type=float, default=0.0, help="absolute change that counts as a move")
+    s.set_defaults(func=cmd_diff)
+
     s = sub.add_parser("provenance", help="record commit, versions and devices")
     s.add_argument("--meta", nargs="*", default=[])
     s.add_argument("--out", required=True)
@@ -136,8 +148,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
-        args.func(args)
+        return args.func(args) or 0
     except UserError as err:
         print(f"lengthgen: error: {err}", file=sys.stderr)
         return 2
-    return 0

@@ -14,7 +14,7 @@ rule aggregate:
         cell_paths("results/runs/{task}/{scheme}/seed{seed}/sweep.parquet"),
     output:
         csv="results/tables/length_sweep.csv",
-        md="results/tables/summary.md",
+        md=report("results/tables/summary.md", caption="../report/summary.rst", category="Tables"),
     log:
         "results/logs/aggregate.log",
     params:
@@ -30,7 +30,7 @@ rule claims:
         "results/tables/length_sweep.csv",
     output:
         csv="results/tables/claims.csv",
-        md="results/tables/claims.md",
+        md=report("results/tables/claims.md", caption="../report/claims.rst", category="Tables"),
     log:
         "results/logs/claims.log",
     params:

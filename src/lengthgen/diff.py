@@ -1,0 +1,76 @@
+"""`make diff REV=<commit>`: which cells of results/tables moved between a commit and the
+working tree. Rows are matched on their key columns; a value moved when it differs by
+more than the tolerance (or is a non-number that changed). Added and removed rows count."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+
+from lengthgen.errors import UserError
+
+KEY_COLUMNS = ("task", "scheme", "seed", "length", "k", "depth", "claim", "check", "method")
+
+
+def table_at(rev: str, path: Path) -> pd.DataFrame | None:
+    """The CSV at `path` as committed in `rev`, or None if it did not exist there."""
+    try:
+        text = subprocess.run(["git", "show", f"{rev}:{path.as_posix()}"], capture_output=True, text=True, check=True)
+    except subprocess.CalledProcessError as err:
+        if "does not exist" in err.stderr or "exists on disk, but not in" in err.stderr:
+            return None
+        raise UserError(f"git show {rev}:{path}: {err.stderr.strip().splitlines()[-1]}") from None
+    return _read(io.StringIO(text.stdout))
+
+
+def _read(source) -> pd.DataFrame:
+    """Cells as the text in the file, so moved values print exactly as committed."""
+    return pd.read_csv(source, dtype=str, keep_default_na=False)
+
+
+def moved_cells(old: pd.DataFrame, new: pd.DataFrame, tolerance: float) -> pd.DataFrame:
+    """One row per moved cell: the key columns, the column name, old and new values."""
+    keys = [c for c in new.columns if c in KEY_COLUMNS and c in old.columns]
+    merged = old.merge(new, on=keys, how="outer", suffixes=("_old", "_new"), indicator=True)
+    rows = []
+    for _, r in merged.iterrows():
+        key = {k: r[k] for k in keys}
+        if r["_merge"] != "both":
+            rows.append({**key, "column": "(row)", "old": "absent" if r["_merge"] == "right_only" else "present",
+                         "new": "present" if r["_merge"] == "right_only" else "absent"})
+            continue
+        for col in (c for c in new.columns if c not in keys and c in old.columns):
+            a, b = r[f"{col}_old"], r[f"{col}_new"]
+            if _moved(a, b, tolerance):
+                rows.append({**key, "column": col, "old": a, "new": b})
+    return pd.DataFrame(rows)
+
+
+def _moved(a: str, b: str, tolerance: float) -> bool:
+    try:
+        return abs(float(a) - float(b)) > tolerance
+    except (TypeError, ValueError):
+        return a != b
+
+
+def diff_tables(rev: str, tables_dir, tolerance: float, out=print) -> int:
+    """Print the moved cells per table; return 1 if any moved, else 0."""
+    tables_dir = Path(tables_dir)
+    any_moved = False
+    for path in sorted(tables_dir.glob("*.csv")):
+        old = table_at(rev, path)
+        if old is None:
+            out(f"{path}: new since {rev}")
+            any_moved = True
+            continue
+        moved = moved_cells(old, _read(path), tolerance)
+        if len(moved):
+            any_moved = True
+            out(f"{path}: {len(moved)} cell(s) moved beyond {tolerance} since {rev}")
+            out(moved.to_string(index=False))
+        else:
+            out(f"{path}: unchanged within {tolerance}")
+    return 1 if any_moved else 0

@@ -1,0 +1,58 @@
+"""`lengthgen diff`: moved cells between a commit and the working tree, on two synthetic
+versions of a table in a scratch git repository."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+OLD = "task,scheme,seed,length,k,examples,accuracy\nt,rope,0,20,1,100,1.0000\nt,rope,0,40,1,100,0.9000\n" \
+      "t,rope,1,20,1,100,0.5000\n"
+NEW = "task,scheme,seed,length,k,examples,accuracy\nt,rope,0,20,1,100,1.0000\nt,rope,0,40,1,100,0.8500\n" \
+      "t,rope,0,80,1,100,0.7000\n"
+
+
+@pytest.fixture
+def history(tmp_path):
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results/tables").mkdir(parents=True)
+    (tmp_path / "results/tables/length_sweep.csv").write_text(OLD)
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "old")
+    (tmp_path / "results/tables/length_sweep.csv").write_text(NEW)
+    return tmp_path
+
+
+def _diff(repo_root, cwd, *args):
+    env = {**os.environ, "PYTHONPATH": str(repo_root / "src")}
+    return subprocess.run([sys.executable, "-m", "lengthgen", "diff", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+
+
+def test_moved_added_and_removed_cells_are_listed(repo, history):
+    done = _diff(repo, history, "--rev", "HEAD")
+    assert done.returncode == 1, done.stderr
+    out = done.stdout
+    assert "3 cell(s) moved beyond 0.0" in out
+    assert "accuracy" in out and "0.90" in out and "0.85" in out  # the moved value, old and new
+    lines = out.splitlines()
+    assert any("80" in line and "(row)" in line and "absent" in line for line in lines)  # added row
+    assert any(" 1 " in f" {line} " and "(row)" in line and "present" in line for line in lines)  # removed row
+    assert not any(" 20 " in line and "accuracy" in line for line in lines)  # unchanged cell not listed
+
+
+def test_tolerance_hides_small_moves_and_clean_tree_exits_zero(repo, history):
+    (history / "results/tables/length_sweep.csv").write_text(OLD.replace("0.9000", "0.9040"))
+    assert _diff(repo, history, "--rev", "HEAD", "--tolerance", "0.01").returncode == 0
+    moved = _diff(repo, history, "--rev", "HEAD", "--tolerance", "0.001")
+    assert moved.returncode == 1 and "0.904" in moved.stdout
+
+
+def test_unknown_revision_is_one_line(repo, history):
+    done = _diff(repo, history, "--rev", "nosuchrev")
+    assert done.returncode == 2
+    assert done.stderr.startswith("lengthgen: error: git show nosuchrev:") and "Traceback" not in done.stderr
