@@ -4,6 +4,7 @@ per-stage slices that rules pass as params (so a change reruns only what it touc
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import jsonschema
 import yaml
@@ -113,6 +114,12 @@ def load_yaml(path) -> dict:
         raise UserError(f"{path}: file not found") from None
     except yaml.YAMLError as err:
         raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+
+
+def uses_gpu(config: dict) -> bool:
+    """Whether jobs will run on CUDA. For `auto` this looks for the NVIDIA driver's device
+    file rather than importing torch while Snakemake builds the DAG."""
+    return config["device"] == "cuda" or (config["device"] == "auto" and Path("/dev/nvidiactl").exists())
 
 
 # -- slices: what each stage's params carry ------------------------------------------------

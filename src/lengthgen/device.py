@@ -1,21 +1,61 @@
 """Device choice. `auto` asks torch whether CUDA exists (safe on any machine) and
-otherwise never touches a CUDA API, so CPU-only installs work unchanged."""
+otherwise never touches a CUDA API, so CPU-only installs work unchanged.
+
+Snakemake limits how many GPU jobs run at once (`resources: gpu=N`) but does not say which
+GPU a local job should use, so each CUDA job claims one for itself with a lock file; under
+SLURM the scheduler has already narrowed CUDA_VISIBLE_DEVICES to the job's own GPU.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
+import tempfile
+import time
+from pathlib import Path
 
 import torch
 
 from lengthgen.errors import UserError
+
+_claimed = []  # open lock files: the claim lasts as long as the process
+
+
+def claim_gpu(count: int, lock_dir: Path, wait_s: float = 5.0, log=print) -> tuple[int, object]:
+    """Index of a GPU no other lengthgen job on this machine holds, and its lock handle."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    while True:
+        for index in range(count):
+            handle = open(lock_dir / f"gpu{index}.lock", "w")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return index, handle
+            except BlockingIOError:
+                handle.close()
+        log(f"all {count} GPUs are held by other lengthgen jobs; waiting (lower resources gpu= in the profile)")
+        time.sleep(wait_s)
+
+
+def _cuda_device() -> torch.device:
+    count = torch.cuda.device_count()
+    if count <= 1 or os.environ.get("SLURM_JOB_ID"):
+        return torch.device("cuda", 0)
+    default = Path(tempfile.gettempdir()) / f"lengthgen-gpus-{os.getuid()}"
+    lock_dir = Path(os.environ.get("LENGTHGEN_GPU_LOCKS", default))
+    index, handle = claim_gpu(count, lock_dir)
+    _claimed.append(handle)
+    return torch.device("cuda", index)
 
 
 def resolve(name: str, threads: int) -> torch.device:
     torch.set_num_threads(threads)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("config.device: 'cuda' requested but torch sees no CUDA device (use auto or cpu)")
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError("config.device: 'cuda' requested but torch sees no CUDA device (use auto or cpu)")
+        return _cuda_device()
     return torch.device(name)
 
 

@@ -39,6 +39,10 @@ CODE = {
 
 TASK_NAMES = [t["name"] for t in CONFIG["tasks"]]
 
+# Training and sweep jobs ask for a GPU only when they will use one, so that CPU runs are not
+# serialized by the profile's `gpu` limit; under SLURM this becomes the job's GPU request.
+GPU = int(lgconfig.uses_gpu(CONFIG))
+
 
 wildcard_constraints:
     task="|".join(TASK_NAMES),

@@ -15,6 +15,8 @@ rule length_sweep:
         eval=as_json(lgconfig.eval_slice(CONFIG)),
         code=CODE["evaluate"],
     threads: CONFIG["threads"]
+    resources:
+        gpu=GPU,
     conda:
         ENV
     shell:

@@ -19,6 +19,8 @@ rule train:
         out_dir=subpath(output.model, parent=True),
         code=CODE["train"],
     threads: CONFIG["threads"]
+    resources:
+        gpu=GPU,
     conda:
         ENV
     shell:

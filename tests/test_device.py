@@ -1,0 +1,38 @@
+"""Device choice: CPU machines never reach CUDA; local GPU jobs each claim a GPU of their own."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lengthgen import device
+from lengthgen.errors import UserError
+
+
+def test_claims_distinct_gpus_and_frees_them_on_close(tmp_path):
+    claims = [device.claim_gpu(3, tmp_path) for _ in range(3)]
+    assert [index for index, _ in claims] == [0, 1, 2]
+    claims[1][1].close()  # the job holding GPU 1 ends
+    again, handle = device.claim_gpu(3, tmp_path)
+    assert again == 1
+    for _, h in [*claims, (again, handle)]:
+        h.close()
+
+
+def test_claim_is_held_across_processes(tmp_path, repo):
+    index, handle = device.claim_gpu(2, tmp_path)
+    code = ("from pathlib import Path; from lengthgen.device import claim_gpu; "
+            f"print(claim_gpu(2, Path({str(tmp_path)!r}))[0])")
+    env = {**os.environ, "PYTHONPATH": str(repo / "src")}
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert (index, other.stdout.strip()) == (0, "1")
+    handle.close()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only path")
+def test_cpu_machine_auto_is_cpu_and_cuda_is_a_clear_error():
+    assert device.resolve("auto", 1).type == "cpu"
+    with pytest.raises(UserError, match=r"^config.device: 'cuda' requested but torch sees no CUDA device"):
+        device.resolve("cuda", 1)
