@@ -71,6 +71,24 @@ def step_loss(model, batch: dict, dev) -> tuple[torch.Tensor, torch.Tensor]:
     return loss, ~wrong
 
 
+def optimizer_step(model, opt, batch: dict, lr: float, grad_clip: float, dev) -> tuple[float, float]:
+    """One AdamW step on `batch`; returns its loss and exact-match accuracy (before the step).
+
+    A non-finite loss is returned before any update, so the caller can stop cleanly."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    model.train()
+    loss, correct = step_loss(model, batch, dev)
+    loss_value = loss.item()
+    if math.isfinite(loss_value):
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+    return loss_value, correct.float().mean().item()
+
+
 def _converged(loss: float, accuracy: float, early_stop: dict) -> bool:
     """A batch counts towards early stopping when it is accurate and, if set, its loss is low:
     fitting is not enough for length generalization, attention must also be sharp."""
@@ -136,19 +154,10 @@ def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = ""
     n, patience = len(data["tokens"]), cfg["early_stop"]["patience"]
     started, last_print = time.perf_counter(), 0.0
     while step < cfg["max_steps"] and not (patience and streak >= patience):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        idx = batch_indices(step, n, cfg["batch_size"], cell["seed"])
-        model.train()
-        loss, correct = step_loss(model, {k: v[idx] for k, v in data.items()}, dev)
-        loss_value, acc_value = loss.item(), correct.float().mean().item()
+        batch = {k: v[batch_indices(step, n, cfg["batch_size"], cell["seed"])] for k, v in data.items()}
+        loss_value, acc_value = optimizer_step(model, opt, batch, lr_at(step, cfg), cfg["grad_clip"], dev)
         if not math.isfinite(loss_value):
             raise TrainingDiverged(f"{cell_id}: loss is {loss_value} at step {step}; lower train.lr or check the data")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg["grad_clip"]:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-        opt.step()
         streak = streak + 1 if _converged(loss_value, acc_value, cfg["early_stop"]) else 0
         rows.append((step, loss_value, acc_value, opt.param_groups[0]["lr"]))
         step += 1
