@@ -30,7 +30,7 @@ def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out) -> None:
         ax.set_xticks(lengths, [str(n) for n in lengths])
         ax.minorticks_off()
         ax.axvline(train_max, color="grey", lw=0.8, ls="--")  # longest training length
-        ax.set_ylim(0.4, 1.02)
+        ax.set_ylim(0.25, 1.02)  # a constant answer scores about 0.5; bands may dip lower
     grid.set_titles(row_template="{row_name}", col_template="{col_name}")
     grid.set_axis_labels("test length n", "accuracy")
     grid.figure.suptitle("Sparse parity: accuracy vs length (mean over seeds, band = min..max)", y=1.03)
