@@ -68,7 +68,7 @@ def cmd_claims(a) -> None:
     from lengthgen import claims
 
     sweep = pd.read_csv(a.sweep_csv)
-    rows = claims.sparsity_checks(sweep, a.sparse_tasks, a.config["sparsity"]) if a.sparse_tasks else []
+    rows = claims.sparsity_checks(sweep, a.sparse_tasks, a.train_max, a.config["sparsity"]) if a.sparse_tasks else []
     claims.write_scorecard(rows, a.csv, a.md)
     for r in rows:
         _log(f"{r['result']}  {r['claim']}: {r['check']} = {r['value']:.4f} (needs {r['threshold']})")
@@ -120,6 +120,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("claims", help="write the claims scorecard")
     s.add_argument("--sweep-csv", required=True)
     s.add_argument("--sparse-tasks", nargs="*", default=[])
+    s.add_argument("--train-max", type=int, default=1, help="longest training length of the sparse tasks")
     s.add_argument("--config", type=_json, required=True)
     s.add_argument("--csv", required=True)
     s.add_argument("--md", required=True)

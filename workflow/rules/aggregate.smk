@@ -35,12 +35,14 @@ rule claims:
         "results/logs/claims.log",
     params:
         sparse=tasks_of("sparse_parity"),
+        train_max=train_max("sparse_parity"),
         config=as_json(CONFIG["claims"]),
         code=CODE["claims"],
     conda:
         ENV
     shell:
-        "python -m lengthgen claims --sweep-csv {input:q} --sparse-tasks {params.sparse:q} --config {params.config:q}"
+        "python -m lengthgen claims --sweep-csv {input:q} --sparse-tasks {params.sparse:q}"
+        " --train-max {params.train_max} --config {params.config:q}"
         " --csv {output.csv:q} --md {output.md:q} 2> {log:q} && cat {log:q}"
 
 
@@ -57,7 +59,7 @@ rule figure_sparse_parity:
         "results/logs/figures/sparse_parity.log",
     params:
         tasks=tasks_of("sparse_parity"),
-        train_max=max([t["params"]["n_max"] for t in CONFIG["tasks"] if t["kind"] == "sparse_parity"] or [0]),
+        train_max=train_max("sparse_parity"),
         code=CODE["figures"],
     conda:
         ENV

@@ -64,6 +64,11 @@ def tasks_of(kind):
     return [t["name"] for t in CONFIG["tasks"] if t["kind"] == kind]
 
 
+def train_max(kind):
+    """Longest training length over the tasks of a kind (0 if none)."""
+    return max([t["params"]["n_max"] for t in CONFIG["tasks"] if t["kind"] == kind] or [0])
+
+
 def figures():
     return ["sparse_parity"] if tasks_of("sparse_parity") else []
 

@@ -1,0 +1,37 @@
+"""Claim 1 checks on synthetic sweeps: a falling curve passes, a flat one fails, one k is
+N/A, and only test lengths of at least min_length_ratio x the training length are judged."""
+
+import pandas as pd
+import pytest
+
+from lengthgen.claims import sparsity_checks, spearman
+
+CFG = {"spearman_max": -0.8, "min_drop": 0.3, "min_length_ratio": 8}
+
+def sweep(acc_by_k_and_length, schemes=("rope",), seeds=(0, 1)):
+    rows = [{"task": f"t_k{k}", "scheme": s, "seed": seed, "length": n, "k": k, "examples": 100, "accuracy": a}
+            for s in schemes for seed in seeds for (k, n), a in acc_by_k_and_length.items()]
+    return pd.DataFrame(rows)
+
+def test_falling_accuracy_passes_and_short_lengths_are_not_judged():
+    df = sweep({(1, 10): 1.0, (2, 10): 1.0, (3, 10): 1.0, (1, 80): 0.95, (2, 80): 0.8, (3, 80): 0.55})
+    rows = sparsity_checks(df, ["t_k1", "t_k2", "t_k3"], train_max=10, cfg=CFG)
+    assert [r["check"] for r in rows] == ["rope at n=80 (8x): Spearman(k, accuracy)",
+                                          "rope at n=80 (8x): accuracy(k=1) - accuracy(k=3)"]
+    assert [r["result"] for r in rows] == ["PASS", "PASS"]
+    assert rows[0]["value"] == -1.0 and rows[1]["value"] == pytest.approx(0.4)
+
+def test_small_drop_fails_even_when_ordered():
+    df = sweep({(1, 80): 1.0, (2, 80): 0.9, (3, 80): 0.8})
+    rows = sparsity_checks(df, ["t_k1", "t_k2", "t_k3"], train_max=10, cfg=CFG)
+    assert [r["result"] for r in rows] == ["PASS", "FAIL"]
+
+def test_rising_accuracy_fails_and_single_k_is_not_applicable():
+    rising = sparsity_checks(sweep({(1, 80): 0.5, (2, 80): 0.9}), ["t_k1", "t_k2"], train_max=10, cfg=CFG)
+    assert [r["result"] for r in rising] == ["FAIL", "FAIL"]
+    single = sparsity_checks(sweep({(1, 80): 0.5}), ["t_k1"], train_max=10, cfg=CFG)
+    assert [r["result"] for r in single] == ["N/A"]
+
+def test_spearman_matches_hand_computed_ranks():
+    assert spearman([1, 2, 3, 4], [0.9, 0.95, 0.6, 0.5]) == pytest.approx(-0.8)
+    assert spearman([1, 2, 3], [1.0, 1.0, 0.8]) == pytest.approx(-0.8660, abs=1e-4)
