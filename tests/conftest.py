@@ -66,6 +66,10 @@ def venv_env(**extra) -> dict:
     """The current environment with the venv's bin/ first on PATH."""
     env = dict(os.environ)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    if "SLURM_CONF" not in env and not os.path.exists("/etc/slurm/slurm.conf"):
+        # With slurm-client installed the SLURM plugin runs `scontrol show config` whenever
+        # Snakemake starts; with no configuration Slurm would look for a controller through DNS.
+        env["SLURM_CONF"] = "/dev/null"
     env.update(extra)
     return env
 
