@@ -5,7 +5,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 CORES ?= all
 SNAKEMAKE := snakemake --cores $(CORES)  # profiles/default is picked up by itself
 
-.PHONY: run test lint paper dryrun report diff clean
+.PHONY: run test lint paper dryrun report diff bench clean
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -34,6 +34,14 @@ REV ?= HEAD
 TOL ?= 0
 diff: $(VENV)/.installed  ## cells of results/tables that moved since REV by more than TOL
 	PYTHONPATH=src $(PY) -m lengthgen diff --rev $(REV) --tolerance $(TOL)
+
+$(VENV)/.bench-installed: $(VENV)/.installed benchmarks/requirements.txt
+	$(VENV)/bin/pip install --quiet -r benchmarks/requirements.txt
+	touch $@
+
+BENCH_ARGS ?=
+bench: $(VENV)/.bench-installed  ## benchmark suite -> benchmarks/results.md (6-12 min; BENCH_ARGS=--quick)
+	$(PY) benchmarks/run.py $(BENCH_ARGS)
 
 dryrun: $(VENV)/.installed
 	$(SNAKEMAKE) -n
