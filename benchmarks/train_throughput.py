@@ -246,7 +246,8 @@ def _markdown(rows: list[dict], sources: dict) -> str:
         table += (f"\n\n{len(noisy)} row(s) with spread > 1.5 (slowest run / fastest run of one side) were disturbed "
                   "by other jobs during their runs: there the per-pair ratio ours/ref is still meaningful, "
                   "the absolute tok/s and utilization are not.")
-    head = "Sizes (e1: the E1 default model and batch, at n = 20 bits (the default trains on n <= 12): seq 23 = BOS, 20 bits, SEP, answer):"
+    head = ("Sizes (e1: the E1 default model and batch, at n = 20 bits (the default trains on n <= 12): "
+            "seq 23 = BOS, 20 bits, SEP, answer):")
     sizes = head + "\n" + "\n".join(
         f"- **{name}**: {s['n_layer']} layers, d_model {s['d_model']}, {s['n_head']} heads, d_ff {s['d_ff']}, "
         f"vocab {s['vocab']}, seq {s['seq']}, batch {s['batch']} = {s['batch'] * s['seq']:,} tokens/step, "

@@ -4,7 +4,7 @@ N/A, and only test lengths of at least min_length_ratio x the training length ar
 import pandas as pd
 import pytest
 
-from lengthgen.claims import sparsity_checks, spearman
+from lengthgen.claims import sparsity_checks, spearman, unmeasured_rows
 
 CFG = {"spearman_max": -0.8, "min_drop": 0.3, "min_length_ratio": 8}
 
@@ -35,3 +35,9 @@ def test_rising_accuracy_fails_and_single_k_is_not_applicable():
 def test_spearman_matches_hand_computed_ranks():
     assert spearman([1, 2, 3, 4], [0.9, 0.95, 0.6, 0.5]) == pytest.approx(-0.8)
     assert spearman([1, 2, 3], [1.0, 1.0, 0.8]) == pytest.approx(-0.8660, abs=1e-4)
+
+
+def test_claims_without_an_experiment_are_listed_as_not_measured():
+    rows = unmeasured_rows()
+    assert [r["claim"] for r in rows] == ["2 coupling", "3 language"]
+    assert all(r["result"] == "N/A" and "not in this grid" in r["check"] for r in rows)

@@ -34,7 +34,7 @@ def planned_jobs(workdir, *args) -> list[tuple[str, str]]:
 def smoke_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("smoke")
     copy_workflow(workdir)
-    done = run_snakemake(workdir, "-c2", *SMOKE)
+    done = run_snakemake(workdir, "--cores", "all", *SMOKE)
     assert done.returncode == 0, done.stderr[-3000:]
     return workdir
 
@@ -99,6 +99,7 @@ def test_code_edit_reruns_exactly_its_stages(smoke_run, relpath, expected):
 
 
 def test_two_clean_runs_give_byte_identical_tables(smoke_run, tmp_path):
+    """The fixture ran with --cores all, this one with --cores 1."""
     copy_workflow(tmp_path)
     done = run_snakemake(tmp_path, "-c1", *SMOKE)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -69,6 +69,7 @@ def cmd_claims(a) -> None:
 
     sweep = pd.read_csv(a.sweep_csv)
     rows = claims.sparsity_checks(sweep, a.sparse_tasks, a.train_max, a.config["sparsity"]) if a.sparse_tasks else []
+    rows += claims.unmeasured_rows()
     claims.write_scorecard(rows, a.csv, a.md)
     for r in rows:
         _log(f"{r['result']}  {r['claim']}: {r['check']} = {r['value']:.4f} (needs {r['threshold']})")
