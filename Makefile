@@ -12,8 +12,12 @@ $(VENV)/.installed: requirements.txt
 	$(VENV)/bin/pip install --quiet -r requirements.txt
 	touch $@
 
+# A fresh clone (or `make clean`) has the committed tables but no record of how they were made,
+# and Snakemake takes outputs that exist for up to date: rebuild them from scratch then.
+FRESH = $(if $(wildcard .snakemake/metadata/*),,--forcerun aggregate provenance)
+
 run: $(VENV)/.installed  ## the embedded default (config.yaml): CPU, minutes
-	$(SNAKEMAKE)
+	$(SNAKEMAKE) $(FRESH)
 	@cat results/tables/claims.md
 	@echo "tables: results/tables/  figures: results/figures/  scorecard: results/tables/claims.md"
 

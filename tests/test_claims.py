@@ -4,7 +4,7 @@ N/A, and only test lengths of at least min_length_ratio x the training length ar
 import pandas as pd
 import pytest
 
-from lengthgen.claims import sparsity_checks, spearman, unmeasured_rows
+from lengthgen.claims import sparsity_checks, spearman, unmeasured_rows, write_scorecard
 
 CFG = {"spearman_max": -0.8, "min_drop": 0.3, "min_length_ratio": 8}
 
@@ -41,3 +41,11 @@ def test_claims_without_an_experiment_are_listed_as_not_measured():
     rows = unmeasured_rows()
     assert [r["claim"] for r in rows] == ["2 coupling", "3 language"]
     assert all(r["result"] == "N/A" and "not in this grid" in r["check"] for r in rows)
+
+
+def test_scorecard_markdown_is_a_well_formed_table(tmp_path):
+    rows = sparsity_checks(sweep({(1, 80): 1.0, (2, 80): 0.5}), ["t_k1", "t_k2"], train_max=10, cfg=CFG)
+    write_scorecard(rows + unmeasured_rows(), tmp_path / "c.csv", tmp_path / "c.md")
+    lines = (tmp_path / "c.md").read_text().splitlines()[2:]
+    assert lines[1] == "|---|---|---|---|---|---|"
+    assert all(line.count("|") == 7 for line in lines), lines

@@ -70,7 +70,7 @@ def write_scorecard(rows: list[dict], csv_out, md_out) -> None:
     df = pd.DataFrame(rows, columns=["claim", "check", "value", "threshold", "result", "detail"])
     with atomic_path(csv_out) as tmp:
         df.to_csv(tmp, index=False, float_format="%.4f", lineterminator="\n")
-    lines = ["# Claims scorecard\n", "| claim | check | value | threshold | result | detail |", "|---|" * 6]
+    lines = ["# Claims scorecard\n", "| claim | check | value | threshold | result | detail |", "|" + "---|" * 6]
     for r in df.itertuples():
         lines.append(f"| {r.claim} | {r.check} | {r.value:.4f} | {r.threshold} | **{r.result}** | {r.detail} |")
     write_text(md_out, "\n".join(lines) + "\n")
