@@ -49,3 +49,16 @@ def test_scorecard_markdown_is_a_well_formed_table(tmp_path):
     lines = (tmp_path / "c.md").read_text().splitlines()[2:]
     assert lines[1] == "|---|---|---|---|---|---|"
     assert all(line.count("|") == 7 for line in lines), lines
+
+
+def test_no_long_enough_length_is_said_not_skipped():
+    rows = sparsity_checks(sweep({(1, 20): 1.0, (2, 20): 0.5}), ["t_k1", "t_k2"], train_max=10, cfg=CFG)
+    assert [r["result"] for r in rows] == ["N/A"] and "no test length >= 8x" in rows[0]["check"]
+
+
+def test_mixture_models_are_judged_one_model_at_a_time():
+    rows = [{"task": task, "scheme": "rope", "seed": 0, "length": 80, "k": k, "examples": 10, "accuracy": acc}
+            for task, accs in (("K2", [1.0, 0.5]), ("K3", [0.6, 0.6, 0.6])) for k, acc in enumerate(accs, start=1)]
+    checks = sparsity_checks(pd.DataFrame(rows), ["K2", "K3"], train_max=10, cfg=CFG)
+    assert [(r["check"].split(" at ")[0], r["result"]) for r in checks] == [
+        ("rope/K2", "PASS"), ("rope/K2", "PASS"), ("rope/K3", "FAIL"), ("rope/K3", "FAIL")]

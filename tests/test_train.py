@@ -42,3 +42,30 @@ def test_batches_cover_each_epoch_once():
     idx = torch.cat([train.batch_indices(s, n, batch, seed=5) for s in range(4)])
     assert sorted(idx.tolist()) == list(range(n))
     assert not torch.equal(train.batch_indices(4, n, batch, 5), train.batch_indices(0, n, batch, 5))
+
+
+def test_answer_mask_scores_only_answer_tokens_of_padded_rows():
+    # two rows of a padded batch: lengths 5 and 3 tokens, answers start at index 4 and 2
+    seq_len, answer_start = torch.tensor([5, 3]), torch.tensor([4, 2])
+    mask = train.answer_mask(seq_len, answer_start, t=4)  # logits for positions 0..3 predict 1..4
+    assert mask.tolist() == [[False, False, False, True], [False, True, False, False]]
+
+
+def test_exact_match_ignores_padding_and_needs_every_answer_token():
+    class Echo(torch.nn.Module):  # predicts, at each position, the token given by `preds`
+        def __init__(self, preds):
+            super().__init__()
+            self.preds = preds
+
+        def forward(self, tokens, position_ids):
+            return torch.nn.functional.one_hot(self.preds[:, : tokens.shape[1]], 7).float() * 10
+
+    tokens = torch.tensor([[1, 3, 4, 2, 3], [1, 4, 2, 4, 0]])  # row 2: 4 tokens + padding
+    batch = {"tokens": tokens, "positions": torch.arange(5).expand(2, 5), "seq_len": torch.tensor([5, 4]),
+             "answer_start": torch.tensor([4, 3])}
+    right = torch.tensor([[0, 0, 0, 3, 6], [0, 0, 4, 6, 6]])  # correct at answer positions, junk elsewhere
+    _, correct = train.step_loss(Echo(right), batch, torch.device("cpu"))
+    assert correct.tolist() == [True, True]
+    wrong = right.clone()
+    wrong[1, 2] = 3  # the only answer token of row 2
+    assert train.step_loss(Echo(wrong), batch, torch.device("cpu"))[1].tolist() == [True, False]

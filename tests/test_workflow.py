@@ -52,7 +52,12 @@ def test_smoke_tables_are_long_sorted_and_complete(smoke_run):
     assert str(smoke_run) not in text and "/" not in text
     assert (smoke_run / "results/figures/sparse_parity.png").stat().st_size > 10_000
     assert "smoke_k1" in (smoke_run / "results/tables/summary.md").read_text()
-    assert "claim" in (smoke_run / "results/tables/claims.md").read_text()
+    claims = pd.read_csv(smoke_run / "results/tables/claims.csv", keep_default_na=False)
+    assert set(claims["claim"]) == {"1 sparsity", "2 coupling", "3 language"}
+    sparsity = claims[claims["claim"] == "1 sparsity"].set_index("check")["result"]
+    alibi = sparsity.filter(like="alibi at n=80 (8x)")
+    assert len(alibi) == 2 and set(alibi) <= {"PASS", "FAIL"}
+    assert list(sparsity.filter(like="nope")) == ["N/A"]  # nope is trained on k = 1 only
 
 
 def test_second_run_has_nothing_to_do(smoke_run):

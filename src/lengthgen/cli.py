@@ -154,3 +154,6 @@ def main(argv=None) -> int:
     except UserError as err:
         print(f"lengthgen: error: {err}", file=sys.stderr)
         return 2
+    except FileNotFoundError as err:  # an input path given on the command line
+        print(f"lengthgen: error: {err.filename}: file not found", file=sys.stderr)
+        return 2

@@ -151,6 +151,7 @@ def cell_slice(config: dict, task_name: str, scheme: str, seed: int) -> dict:
         "model": task["model"],
         "train": task["train"],
         "device": config["device"],
+        "gpu": uses_gpu(config),  # what `auto` will resolve to: numerics differ on CUDA (bf16)
         "threads": config["threads"],
     }
 

@@ -54,8 +54,12 @@ def stage_files(entry: str) -> list[Path]:
     return sorted(seen.values())
 
 
+# Every rule runs its stage through these, so an edit to them reruns everything.
+ENTRY_POINTS = [PACKAGE_DIR / "__main__.py", PACKAGE_DIR / "cli.py"]
+
+
 def stage_digest(entry: str) -> str:
     h = hashlib.sha256()
-    for path in stage_files(entry):
+    for path in sorted(set(stage_files(entry)) | set(ENTRY_POINTS)):
         h.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import math
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -99,9 +98,10 @@ def _cell_id(cell: dict) -> str:
     return f"{cell['task']}/{cell['scheme']}/seed{cell['seed']}"
 
 
-def _fingerprint(cell: dict, data_meta: dict, code_digest: str) -> str:
-    """What a checkpoint must match to be resumed: the cell, its data and the code."""
-    return hashlib.sha256(canonical_json([cell, data_meta, code_digest]).encode()).hexdigest()[:16]
+def _fingerprint(cell: dict, data_path, code_digest: str) -> str:
+    """What a checkpoint must match to be resumed: the cell, the exact training file and the code."""
+    data_sha = hashlib.sha256(Path(data_path).read_bytes()).hexdigest()
+    return hashlib.sha256(canonical_json([cell, data_sha, code_digest]).encode()).hexdigest()[:16]
 
 
 def _load_checkpoint(path: Path, fingerprint: str, log) -> dict | None:
@@ -140,7 +140,7 @@ def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = ""
     torch.manual_seed(cell["seed"])
     model = build_model(cell, len(meta["vocab"])).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"], betas=(0.9, 0.98))
-    fingerprint = _fingerprint(cell, meta, code_digest)
+    fingerprint = _fingerprint(cell, data_path, code_digest)
     checkpoint_path = Path(checkpoint_path)
     state = _load_checkpoint(checkpoint_path, fingerprint, log)
     step, streak, rows = 0, 0, []
@@ -198,7 +198,6 @@ def _write_outputs(model, cell, meta, rows, out_dir: Path, dev, code_digest, sto
         "data": {k: meta[k] for k in ("task", "kind", "params", "seed")},
         "device": devices.describe(dev),
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__},
-        "argv": sys.argv[1:2],
         **summary,
     }
     write_text(out_dir / "meta.json", canonical_json(info) + "\n")

@@ -75,6 +75,8 @@ rule provenance:
         "results/provenance.json",
     log:
         "results/logs/provenance.log",
+    params:
+        code=CODE["aggregate"],
     conda:
         ENV
     shell:
