@@ -135,10 +135,22 @@ def write_dataset(directory, task: dict, data_seed: int = 1234, eval_seed: int =
     return {"train": train, "test": test, "task": task, "dir": directory}
 
 
-def make_cell(task="tiny", scheme="rope", seed=0, encoding=None, model=None, device="cpu", threads=1, **train):
+def scheme_options(**options) -> dict:
+    """A scheme entry with the schema's defaults filled in."""
+    from lengthgen import config as lgconfig
+
+    schema = lgconfig.load_yaml(REPO / "workflow/schemas/config.schema.yaml")
+    options = copy.deepcopy(options)
+    lgconfig.fill_defaults(options, schema["$defs"]["scheme"], schema)
+    return options
+
+
+def make_cell(task="tiny", scheme="rope", seed=0, encoding=None, model=None, device="cpu", threads=1,
+              options=None, **train):
     """A cell dict for lengthgen.train.train (shape of lengthgen.config.cell_slice).
 
-    Tiny by default: a one-layer model trained for 2 steps; keyword args override train keys.
+    Tiny by default: a one-layer model trained for 2 steps; keyword args override train keys;
+    `options` adds scheme keys (positions, position_head, gaps, ...).
     """
     train_cfg = copy.deepcopy(TRAIN_DEFAULTS)
     train_cfg.update(batch_size=8, warmup_steps=1, max_steps=2, checkpoint_every=1000, log_every=1000)
@@ -149,7 +161,7 @@ def make_cell(task="tiny", scheme="rope", seed=0, encoding=None, model=None, dev
         "task": task,
         "scheme": scheme,
         "seed": seed,
-        "scheme_options": {"encoding": enc, **({"rope_base": 10000.0} if enc == "rope" else {})},
+        "scheme_options": scheme_options(encoding=enc, **(options or {})),
         "model": {**TINY_MODEL, **(model or {})},
         "train": train_cfg,
         "device": device,

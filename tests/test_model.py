@@ -108,30 +108,22 @@ def test_alibi_slopes():
 
 
 def test_alibi_bias_hand_computed():
-    inf = -math.inf
     slopes = torch.tensor([0.5, 0.25])
-    bias = alibi_bias(torch.tensor([[0, 1, 2, 3]]), slopes, torch.float32)
+    ids = torch.tensor([[0, 1, 2, 3]])
+    bias = alibi_bias(ids, ids, slopes, torch.float32)
     assert bias.shape == (1, 2, 4, 4)
-    expected_h0 = torch.tensor(
-        [
-            [0.0, inf, inf, inf],
-            [-0.5, 0.0, inf, inf],
-            [-1.0, -0.5, 0.0, inf],
-            [-1.5, -1.0, -0.5, 0.0],
-        ]
-    )
+    expected_h0 = -0.5 * torch.tensor([[0.0, 1, 2, 3], [1, 0, 1, 2], [2, 1, 0, 1], [3, 2, 1, 0]])
     torch.testing.assert_close(bias[0, 0], expected_h0)
-    torch.testing.assert_close(bias[0, 1], expected_h0 / 2)  # -inf / 2 stays -inf
+    torch.testing.assert_close(bias[0, 1], expected_h0 / 2)
 
 
 def test_alibi_bias_uses_position_ids():
-    """Distances come from position IDs, not indices: ids 3, 5, 9 give distances 2, 6, 4."""
-    inf = -math.inf
-    bias = alibi_bias(torch.tensor([[3, 5, 9], [0, 1, 2]]), torch.tensor([0.5]), torch.float32)
-    assert bias.shape == (2, 1, 3, 3)
-    expected = torch.tensor([[0.0, inf, inf], [-1.0, 0.0, inf], [-3.0, -2.0, 0.0]])
+    """Distances come from position IDs, not indices: ids 3, 5, 9 give distances 2, 6, 4; a
+    coupled key whose ID lies ahead of the query is penalized by its distance too."""
+    bias = alibi_bias(torch.tensor([[3, 5, 9]]), torch.tensor([[3, 5, 9, 4]]), torch.tensor([0.5]), torch.float32)
+    assert bias.shape == (1, 1, 3, 4)
+    expected = -0.5 * torch.tensor([[0.0, 2, 6, 1], [2, 0, 4, 1], [6, 4, 0, 5]])
     torch.testing.assert_close(bias[0, 0], expected)
-    torch.testing.assert_close(bias[1, 0], torch.tensor([[0.0, inf, inf], [-0.5, 0.0, inf], [-1.0, -0.5, 0.0]]))
 
 
 def test_rotary_hand_computed():

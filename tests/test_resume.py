@@ -11,6 +11,7 @@ import time
 import pandas as pd
 import pytest
 import torch
+from conftest import scheme_options
 
 from lengthgen import datasets
 from lengthgen.fileio import canonical_json
@@ -19,7 +20,7 @@ CELL = {
     "task": "resume_k2",
     "scheme": "rope",
     "seed": 7,
-    "scheme_options": {"encoding": "rope", "rope_base": 10000.0},
+    "scheme_options": scheme_options(encoding="rope"),
     "model": {"n_layer": 1, "d_model": 32, "n_head": 2, "d_ff": 64, "dropout": 0.0, "max_position": 64},
     "train": {
         "batch_size": 32, "lr": 1e-3, "min_lr_ratio": 0.1, "weight_decay": 0.01, "warmup_steps": 10,

@@ -47,7 +47,7 @@ def _xor_of_planted(tokens: np.ndarray) -> np.ndarray:
 def test_vocab_ids():
     assert sp.VOCAB[:7] == ["<pad>", "<bos>", "<sep>", "0", "1", "0*", "1*"]
     assert (sp.PAD, sp.BOS, sp.SEP, sp.ZERO, sp.PLANTED_ZERO) == (0, BOS, SEP, ZERO, PZERO)
-    assert sp.seq_len(10) == 13
+    assert sp.seq_len({}, 10) == 13
     assert tasks.get("sparse_parity") is sp
 
 

@@ -1,5 +1,7 @@
 """Training behaviour: determinism per seed, divergence reported by cell and step."""
 
+import types
+
 import pytest
 import torch
 
@@ -53,15 +55,18 @@ def test_answer_mask_scores_only_answer_tokens_of_padded_rows():
 
 def test_exact_match_ignores_padding_and_needs_every_answer_token():
     class Echo(torch.nn.Module):  # predicts, at each position, the token given by `preds`
+        cfg = types.SimpleNamespace(position_head="none")
+
         def __init__(self, preds):
             super().__init__()
             self.preds = preds
+            self.head = torch.nn.Identity()
 
-        def forward(self, tokens, position_ids):
+        def features(self, tokens, position_ids):
             return torch.nn.functional.one_hot(self.preds[:, : tokens.shape[1]], 7).float() * 10
 
     tokens = torch.tensor([[1, 3, 4, 2, 3], [1, 4, 2, 4, 0]])  # row 2: 4 tokens + padding
-    batch = {"tokens": tokens, "positions": torch.arange(5).expand(2, 5), "seq_len": torch.tensor([5, 4]),
+    batch = {"tokens": tokens, "ids": torch.arange(5).expand(2, 5), "seq_len": torch.tensor([5, 4]),
              "answer_start": torch.tensor([4, 3])}
     right = torch.tensor([[0, 0, 0, 3, 6], [0, 0, 4, 6, 6]])  # correct at answer positions, junk elsewhere
     _, correct = train.step_loss(Echo(right), batch, torch.device("cpu"))

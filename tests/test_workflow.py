@@ -10,6 +10,8 @@ import pytest
 import yaml
 from conftest import copy_workflow, run_snakemake
 
+from lengthgen.aggregate import read_sweep
+
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
 SMOKE = ["--configfile", "config/smoke.yaml"]
@@ -41,16 +43,24 @@ def smoke_run(tmp_path_factory):
 
 def test_smoke_tables_are_long_sorted_and_complete(smoke_run):
     cfg = yaml.safe_load((smoke_run / "config/smoke.yaml").read_text())
-    df = pd.read_csv(smoke_run / "results/tables/length_sweep.csv")
-    assert list(df.columns) == ["task", "scheme", "seed", "length", "k", "examples", "accuracy"]
-    cells = sum(len(t["schemes"]) * len(t["eval"]["lengths"]) for t in cfg["tasks"]) * len(cfg["seeds"])
+    df = read_sweep(smoke_run / "results/tables/length_sweep.csv")
+    assert list(df.columns) == ["task", "scheme", "seed", "length", "k", "depth", "examples", "accuracy",
+                                "token_accuracy", "position_accuracy"]
+    depths = {t["name"]: t["params"].get("depth_max", 1) - t["params"].get("depth_min", 1) + 1 for t in cfg["tasks"]}
+    cells = sum(len(t["schemes"]) * len(t["eval"]["lengths"]) * depths[t["name"]] for t in cfg["tasks"])
+    cells *= len(cfg["seeds"])
     assert len(df) == cells
-    assert df.equals(df.sort_values(["task", "scheme", "seed", "length", "k"]).reset_index(drop=True))
-    assert (df["examples"] == 100).all() and df["accuracy"].between(0, 1).all()
+    assert df.equals(df.sort_values(["task", "scheme", "seed", "length", "k", "depth"]).reset_index(drop=True))
+    examples = {t["name"]: t["eval"]["examples"] for t in cfg["tasks"]}
+    assert (df["examples"] == df["task"].map(examples)).all() and df["accuracy"].between(0, 1).all()
+    ppc = df["scheme"] == "ppc"
+    assert df.loc[ppc, "position_accuracy"].between(0, 1).all() and df.loc[~ppc, "position_accuracy"].isna().all()
+    assert df.loc[df["task"] == "smoke_assignment", "depth"].notna().all()
     text = (smoke_run / "results/tables/length_sweep.csv").read_text()
     assert all(len(v.split(".")[1]) == 4 for v in re.findall(r",(\d\.\d+)$", text, flags=re.M))
     assert str(smoke_run) not in text and "/" not in text
     assert (smoke_run / "results/figures/sparse_parity.png").stat().st_size > 10_000
+    assert (smoke_run / "results/figures/coupling.png").stat().st_size > 10_000
     assert "smoke_k1" in (smoke_run / "results/tables/summary.md").read_text()
     claims = pd.read_csv(smoke_run / "results/tables/claims.csv", keep_default_na=False)
     assert set(claims["claim"]) == {"1 sparsity", "2 coupling", "3 language"}
@@ -58,6 +68,8 @@ def test_smoke_tables_are_long_sorted_and_complete(smoke_run):
     alibi = sparsity.filter(like="alibi at n=80 (8x)")
     assert len(alibi) == 2 and set(alibi) <= {"PASS", "FAIL"}
     assert list(sparsity.filter(like="nope")) == ["N/A"]  # nope is trained on k = 1 only
+    coupling = claims[claims["claim"] == "2 coupling"].set_index("check")["result"]
+    assert set(coupling) <= {"PASS", "FAIL"} and any("smoke_scratchpad at n=20 (2x): ppc" in c for c in coupling.index)
 
 
 def test_second_run_has_nothing_to_do(smoke_run):
@@ -88,10 +100,13 @@ def _edited(smoke_run, relpath):
     ("relpath", "expected"),
     [
         ("src/lengthgen/model.py", {"train", "length_sweep", "aggregate", "claims", "figure_sparse_parity",
-                                    "provenance", "all"}),
-        ("src/lengthgen/figures.py", {"figure_sparse_parity", "all"}),
+                                    "figure_coupling", "provenance", "all"}),
+        ("src/lengthgen/figures.py", {"figure_sparse_parity", "figure_coupling", "all"}),
+        ("src/lengthgen/decode.py", {"length_sweep", "aggregate", "claims", "figure_sparse_parity",
+                                     "figure_coupling", "provenance", "all"}),
         ("src/lengthgen/tasks/sparse_parity.py", {"generate_dataset", "train", "length_sweep", "aggregate",
-                                                  "claims", "figure_sparse_parity", "provenance", "all"}),
+                                                  "claims", "figure_sparse_parity", "figure_coupling", "provenance",
+                                                  "all"}),
     ],
 )
 def test_code_edit_reruns_exactly_its_stages(smoke_run, relpath, expected):

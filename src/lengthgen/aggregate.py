@@ -14,13 +14,27 @@ import pandas as pd
 
 from lengthgen.fileio import atomic_path, canonical_json, write_text
 
-KEYS = ["task", "scheme", "seed", "length", "k"]
+KEYS = ["task", "scheme", "seed", "length", "k", "depth"]  # those a table has, in this order
+AXES = ["k", "depth"]  # second axes of a test set, beside length
 PRECISION = 4
 
 
+def keys_of(df: pd.DataFrame) -> list[str]:
+    return [k for k in KEYS if k in df.columns]
+
+
+def read_sweep(path) -> pd.DataFrame:
+    """results/tables/length_sweep.csv with its axes as integers (empty where a task has none)."""
+    return pd.read_csv(path, dtype={axis: "Int32" for axis in AXES})
+
+
 def collect(sweep_paths) -> pd.DataFrame:
+    """All sweeps in one long table; a task without k (or depth) leaves that column empty."""
     df = pd.concat([pd.read_parquet(p) for p in sweep_paths], ignore_index=True)
-    return df.sort_values(KEYS, kind="stable").reset_index(drop=True)
+    for axis in AXES:
+        if axis in df.columns:
+            df[axis] = df[axis].astype("Int32")
+    return df.sort_values(keys_of(df), kind="stable").reset_index(drop=True)
 
 
 def write_csv(df: pd.DataFrame, path) -> None:
@@ -29,24 +43,26 @@ def write_csv(df: pd.DataFrame, path) -> None:
 
 
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
-    """Mean and sample std over seeds per (task, scheme, length, k)."""
-    keys = [k for k in KEYS if k != "seed"]
-    out = df.groupby(keys, sort=True)["accuracy"].agg(["mean", "std", "count"]).reset_index()
-    return out.rename(columns={"count": "seeds"}).fillna({"std": 0.0})
+    """Mean, sample std and median over seeds per (task, scheme, length, k or depth)."""
+    keys = [k for k in keys_of(df) if k != "seed"]
+    out = df.groupby(keys, sort=True, dropna=False)["accuracy"].agg(["mean", "std", "median", "count"])
+    return out.reset_index().rename(columns={"count": "seeds"}).fillna({"std": 0.0})
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:
-    """One table per task: rows scheme x k, columns test lengths, cells mean ± std."""
-    parts = ["# Length sweep: accuracy (mean ± std over seeds)\n"]
+    """One table per task: rows scheme (x k or depth), columns test lengths, cells mean ± std."""
+    parts = ["# Length sweep: exact match (mean ± std over seeds)\n"]
     for task, df in summary.groupby("task", sort=True):
+        axes = [a for a in AXES if a in df.columns and df[a].notna().any()]
+        rows = ["scheme", *axes]
         lengths = sorted(df["length"].unique())
-        parts.append(f"\n## {task}\n\n| scheme | k | " + " | ".join(f"n={n}" for n in lengths) + " |")
-        parts.append("|---|---|" + "---|" * len(lengths))
-        for (scheme, k), g in df.groupby(["scheme", "k"], sort=True):
+        parts.append(f"\n## {task}\n\n| " + " | ".join(rows) + " | " + " | ".join(f"n={n}" for n in lengths) + " |")
+        parts.append("|" + "---|" * (len(rows) + len(lengths)))
+        for key, g in df.groupby(rows, sort=True):
             by_len = g.set_index("length")
             cells = [f"{by_len.at[n, 'mean']:.3f} ± {by_len.at[n, 'std']:.3f}" if n in by_len.index else ""
                      for n in lengths]
-            parts.append(f"| {scheme} | {k} | " + " | ".join(cells) + " |")
+            parts.append("| " + " | ".join(map(str, key)) + " | " + " | ".join(cells) + " |")
     return "\n".join(parts) + "\n"
 
 

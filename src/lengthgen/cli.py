@@ -63,13 +63,16 @@ def cmd_provenance(a) -> None:
 
 
 def cmd_claims(a) -> None:
-    import pandas as pd
-
     from lengthgen import claims
+    from lengthgen.aggregate import read_sweep
 
-    sweep = pd.read_csv(a.sweep_csv)
+    sweep = read_sweep(a.sweep_csv)
+    coupled = a.coupling
     rows = claims.sparsity_checks(sweep, a.sparse_tasks, a.train_max, a.config["sparsity"]) if a.sparse_tasks else []
-    rows += claims.unmeasured_rows()
+    rows += claims.coupling_checks(sweep, coupled, a.config["coupling"]) if coupled else []
+    ran = {"1 sparsity": a.sparse_tasks, "2 coupling": coupled, "3 language": False}
+    missing = [claim for claim, tasks in ran.items() if not tasks]
+    rows = sorted(rows + claims.unmeasured_rows(missing), key=lambda r: r["claim"])
     claims.write_scorecard(rows, a.csv, a.md)
     for r in rows:
         _log(f"{r['result']}  {r['claim']}: {r['check']} = {r['value']:.4f} (needs {r['threshold']})")
@@ -78,7 +81,10 @@ def cmd_claims(a) -> None:
 def cmd_figure(a) -> None:
     from lengthgen import figures
 
-    figures.sparse_parity(a.sweep_csv, a.tasks, a.train_max, a.out)
+    if a.kind == "coupling":
+        figures.coupling(a.sweep_csv, dict(zip(a.tasks, a.train_max, strict=True)), a.out)
+    else:
+        figures.sparse_parity(a.sweep_csv, a.tasks, max(a.train_max), a.out)
 
 
 def cmd_diff(a) -> int:
@@ -123,14 +129,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--sparse-tasks", nargs="*", default=[])
     s.add_argument("--train-max", type=int, default=1, help="longest training length of the sparse tasks")
     s.add_argument("--config", type=_json, required=True)
+    s.add_argument("--coupling", type=_json, default={},
+                   help="E2/E3 tasks as JSON: {name: {kind, n_max, scheme_options}}")
     s.add_argument("--csv", required=True)
     s.add_argument("--md", required=True)
     s.set_defaults(func=cmd_claims)
 
-    s = sub.add_parser("figure", help="draw the sparse parity figure")
+    s = sub.add_parser("figure", help="draw a figure from the length sweep table")
+    s.add_argument("--kind", choices=["sparse_parity", "coupling"], default="sparse_parity")
     s.add_argument("--sweep-csv", required=True)
     s.add_argument("--tasks", nargs="+", required=True)
-    s.add_argument("--train-max", type=int, required=True)
+    s.add_argument("--train-max", type=int, nargs="+", required=True, help="longest training length (per task)")
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_figure)
 

@@ -78,18 +78,42 @@ def validate(config: dict, schema: dict) -> dict:
             _check(merged, defs[base], schema, prefix=("tasks", i, key))
             task[key] = merged
         _check_model_shape(task["model"], f"{where}.model")
-        for s in task["schemes"]:
-            if s not in config["schemes"]:
-                known = ", ".join(sorted(config["schemes"]))
-                raise UserError(f"{where}.schemes: unknown scheme {s!r}; expected one of: {known}")
+        task["scheme_options"] = _task_schemes(config, task, module, where, schema)
         module.check(task["params"], task["eval"], where)
-        longest = module.seq_len(max(task["eval"]["lengths"]))
+        longest = module.seq_len(task["params"], max(task["eval"]["lengths"]))
         if longest > task["model"]["max_position"]:
             raise UserError(
                 f"{where}.model.max_position: {task['model']['max_position']} is below the longest "
                 f"test sequence ({longest} tokens)"
             )
     return config
+
+
+def _task_schemes(config: dict, task: dict, module, where: str, schema: dict) -> dict:
+    """The options of each scheme the task runs: the named scheme with the task's overrides."""
+    known = ", ".join(sorted(config["schemes"]))
+    for s in [*task["schemes"], *task["scheme_options"]]:
+        if s not in config["schemes"]:
+            raise UserError(f"{where}.schemes: unknown scheme {s!r}; expected one of: {known}")
+    out = {}
+    for s in task["schemes"]:
+        opts = _deep_merge(config["schemes"][s], task["scheme_options"].get(s, {}))
+        fill_defaults(opts, schema["$defs"]["scheme"], schema)
+        _check(opts, schema["$defs"]["scheme"], schema, prefix=(*where.removeprefix("config.").split("."), s))
+        _check_scheme(opts, task["kind"], module, f"config.schemes.{s}", where)
+        out[s] = opts
+    return out
+
+
+def _check_scheme(opts: dict, kind: str, module, where: str, task_where: str) -> None:
+    """A scheme that reads or predicts coupled IDs only runs on a task that has them."""
+    if opts["position_head"] != "none" and opts["positions"] != "coupled":
+        raise UserError(f"{where}.position_head: predicting IDs needs positions: coupled")
+    if opts["positions"] == "coupled" and not module.COUPLED:
+        raise UserError(f"{task_where}.schemes: scheme {where.rsplit('.', 1)[1]!r} needs coupled position IDs, "
+                        f"which task kind {kind!r} does not have")
+    if opts["copy"] and opts["position_head"] != "pointer":
+        raise UserError(f"{where}.copy: copying needs position_head: pointer")
 
 
 def _check_model_shape(model: dict, where: str) -> None:
@@ -147,7 +171,7 @@ def cell_slice(config: dict, task_name: str, scheme: str, seed: int) -> dict:
         "task": task["name"],
         "scheme": scheme,
         "seed": seed,
-        "scheme_options": config["schemes"][scheme],
+        "scheme_options": task["scheme_options"][scheme],
         "model": task["model"],
         "train": task["train"],
         "device": config["device"],

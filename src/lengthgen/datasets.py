@@ -97,7 +97,7 @@ def generate(task_cfg: dict, split: str, seed: int, out, train_path=None) -> Non
         "params": params,
         "split": split,
         "seed": seed,
-        "vocab": module.VOCAB,
+        "vocab": module.vocab(params),
     }
     write(to_table(columns, meta), out)
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from lengthgen.errors import UserError
 
-KEY_COLUMNS = ("task", "scheme", "seed", "length", "k", "claim", "check")  # the key columns of our tables
+KEY_COLUMNS = ("task", "scheme", "seed", "length", "k", "depth", "claim", "check")  # the key columns of our tables
 
 
 def table_at(rev: str, path: Path) -> pd.DataFrame | None:

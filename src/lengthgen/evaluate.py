@@ -10,12 +10,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from lengthgen import datasets, tasks
+from lengthgen import datasets, decode, tasks
 from lengthgen import device as devices
 from lengthgen.errors import UserError
 from lengthgen.fileio import atomic_path
 from lengthgen.model import ModelConfig, Transformer
-from lengthgen.train import step_loss
 
 
 def load_model(path, dev) -> tuple[Transformer, dict]:
@@ -31,40 +30,65 @@ def load_model(path, dev) -> tuple[Transformer, dict]:
 
 
 def _check_match(ckpt: dict, meta: dict, model_path, data_path) -> None:
-    trained = ckpt["task"]
+    trained = ckpt.get("task") or {}
     for key in ("task", "kind", "vocab"):
-        if trained[key] != meta[key]:
+        if trained.get(key) != meta[key]:
             raise UserError(
-                f"{model_path}: checkpoint was trained on {key} {trained[key]!r}, "
+                f"{model_path}: checkpoint was trained on {key} {trained.get(key)!r}, "
                 f"but {data_path} has {meta[key]!r}; retrain or point at the matching test set"
             )
 
 
+def _group_metrics(model, arrays: dict, idx: np.ndarray, opts: dict, eos: int, batch_size: int, dev) -> dict:
+    """Decode the answers of one test group (equal prompt and answer lengths) and score them."""
+    prompt_len = set(arrays["answer_start"][idx].tolist())
+    answer_len = set((arrays["seq_len"][idx] - arrays["answer_start"][idx]).tolist())
+    if len(prompt_len) != 1 or len(answer_len) != 1:
+        raise UserError("test set: a group mixes prompt or answer lengths; regenerate it")
+    p, a = prompt_len.pop(), answer_len.pop()
+    exact, token_hits, id_hits = 0, 0, 0
+    for start in range(0, len(idx), batch_size):
+        chunk = idx[start : start + batch_size]
+        tokens = torch.from_numpy(arrays["tokens"][chunk, : p + a].astype(np.int64)).to(dev)
+        coupled = torch.from_numpy(arrays["positions"][chunk, : p + a].astype(np.int64)).to(dev)
+        ids = coupled if opts["positions"] == "coupled" else torch.arange(p + a, device=dev).expand_as(tokens)
+        out, fed = decode.generate(model, tokens[:, :p], ids[:, :p], a, opts, eos, oracle_ids=ids[:, p:])
+        hits = out == tokens[:, p:]
+        exact += int(hits.all(dim=1).sum())
+        token_hits += int(hits.sum())
+        id_hits += int((fed[:, :-1] == ids[:, p : p + a - 1]).sum())  # the final token's ID is never fed back
+    n = len(idx)
+    predicted = opts["position_head"] != "none"
+    return {
+        "examples": n,
+        "accuracy": exact / n,
+        "token_accuracy": token_hits / (n * a),
+        "position_accuracy": id_hits / (n * (a - 1)) if predicted and a > 1 else float("nan"),
+    }
+
+
 @torch.no_grad()
 def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print) -> pd.DataFrame:
-    """Write one row per test group (length, k, ...) with its accuracy."""
+    """Write one row per test group (length, k or depth) with exact match (`accuracy`), token
+    accuracy and, for a position head, the accuracy of the IDs it fed back, all decoded."""
     dev = devices.resolve(eval_cfg["device"], eval_cfg["threads"])
     model, ckpt = load_model(model_path, dev)
     table, meta = datasets.read(data_path)
     _check_match(ckpt, meta, model_path, data_path)
+    cell = ckpt["cell"]
+    opts = cell["scheme_options"]
     group = tasks.get(meta["kind"]).GROUP
+    eos = meta["vocab"].index("<eos>") if "<eos>" in meta["vocab"] else -1
     arrays = datasets.padded(table)
     keys = np.stack([arrays[g] for g in group], axis=1)
     rows = []
     for key in np.unique(keys, axis=0):
         idx = np.flatnonzero((keys == key).all(axis=1))
-        correct = 0
-        for start in range(0, len(idx), eval_cfg["batch_size"]):
-            chunk = idx[start : start + eval_cfg["batch_size"]]
-            batch = {k: torch.from_numpy(np.asarray(arrays[k][chunk], dtype=np.int64))
-                     for k in ("tokens", "positions", "seq_len", "answer_start")}
-            correct += int(step_loss(model, batch, dev)[1].sum())
         axes = dict(zip(group, map(int, key), strict=True))
-        rows.append({**axes, "examples": len(idx), "accuracy": correct / len(idx)})
-        log(f"{ckpt['cell']['task']}/{ckpt['cell']['scheme']}: {rows[-1]}")
-    cell = ckpt["cell"]
+        rows.append({**axes, **_group_metrics(model, arrays, idx, opts, eos, eval_cfg["batch_size"], dev)})
+        log(f"{cell['task']}/{cell['scheme']}/seed{cell['seed']}: {rows[-1]}")
     df = pd.DataFrame(rows).assign(task=cell["task"], scheme=cell["scheme"], seed=cell["seed"])
-    df = df[["task", "scheme", "seed", *group, "examples", "accuracy"]]
+    df = df[["task", "scheme", "seed", *group, "examples", "accuracy", "token_accuracy", "position_accuracy"]]
     with atomic_path(out) as tmp:
         df.to_parquet(tmp, index=False)
     return df

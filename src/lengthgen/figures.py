@@ -7,15 +7,15 @@ import matplotlib
 matplotlib.use("Agg")  # headless: clusters and CI have no display
 
 import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from lengthgen.aggregate import read_sweep  # noqa: E402
 from lengthgen.fileio import atomic_path  # noqa: E402
 
 
 def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out) -> None:
     """Accuracy against test length: one panel per scheme, one line per k, seed band."""
-    df = pd.read_csv(sweep_csv)
+    df = read_sweep(sweep_csv)
     df = df[df["task"].isin(tasks)]
     several_models_per_k = df.groupby("k")["task"].nunique().max() > 1
     sns.set_theme(style="whitegrid", context="paper")
@@ -34,6 +34,35 @@ def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out) -> None:
     grid.set_titles(row_template="{row_name}", col_template="{col_name}")
     grid.set_axis_labels("test length n", "accuracy")
     grid.figure.suptitle("Sparse parity: accuracy vs length (mean over seeds, band = min..max)", y=1.03)
+    _save(grid, out)
+
+
+def coupling(sweep_csv, tasks: dict, out) -> None:
+    """Exact match against test length: one panel per task, one line per scheme, seed band
+    (depths averaged within a seed). `tasks`: name -> longest training length."""
+    df = read_sweep(sweep_csv)
+    df = df[df["task"].isin(list(tasks))]
+    df = df.groupby(["task", "scheme", "seed", "length"], as_index=False)["accuracy"].mean()
+    sns.set_theme(style="whitegrid", context="paper")
+    grid = sns.relplot(
+        data=df, x="length", y="accuracy", hue="scheme", col="task", col_order=sorted(tasks), kind="line",
+        errorbar=("pi", 100), estimator="median", marker="o", height=2.8, aspect=1.1,
+        facet_kws={"sharey": True, "sharex": False},
+    )
+    for task, ax in grid.axes_dict.items():
+        lengths = sorted(df.loc[df["task"] == task, "length"].unique())
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.minorticks_off()
+        ax.axvline(tasks[task], color="grey", lw=0.8, ls="--")  # longest training length
+        ax.set_ylim(-0.02, 1.02)
+    grid.set_titles(col_template="{col_name}")
+    grid.set_axis_labels("test length (bits n / statements N)", "exact match")
+    grid.figure.suptitle("Position coupling: exact match vs length (median over seeds, band = min..max)", y=1.03)
+    _save(grid, out)
+
+
+def _save(grid, out) -> None:
     with atomic_path(out) as tmp:
         grid.figure.savefig(tmp, dpi=150, bbox_inches="tight", format="png", metadata={"Software": None})
     plt.close(grid.figure)

@@ -7,6 +7,8 @@ same way. Each encoding lives in one place:
   ape    learned absolute embedding of the position ID, added to the token embedding
   rope   rotary embedding of q and k (Su et al. 2021)
   alibi  linear attention bias per head (Press et al. 2022)
+An optional position head (Predictive Position Coupling) predicts the coupled ID of the next
+token, and a key/value cache lets decoding feed back one token and one ID at a time.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 ENCODINGS = ("none", "ape", "rope", "alibi")
+POSITION_HEADS = ("none", "pointer", "classifier")
 
 
 @dataclass
@@ -31,6 +34,8 @@ class ModelConfig:
     encoding: str = "rope"
     max_position: int = 1024  # size of the `ape` table; IDs must stay below it
     rope_base: float = 10000.0
+    position_head: str = "none"  # PPC: pointer over the prompt, or a classifier over IDs
+    pointer_rope: bool = True  # rotate half of the pointer's channels by the position IDs
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -51,16 +56,14 @@ def alibi_slopes(n_head: int) -> torch.Tensor:
     return torch.tensor([2.0 ** (-8.0 * (h + 1) / n_head) for h in range(n_head)])
 
 
-def alibi_bias(position_ids: torch.Tensor, slopes: torch.Tensor, dtype) -> torch.Tensor:
-    """Additive mask (B, nh, T, T): -slope * distance on allowed keys, -inf elsewhere.
+def alibi_bias(query_ids: torch.Tensor, key_ids: torch.Tensor, slopes: torch.Tensor, dtype) -> torch.Tensor:
+    """Additive mask (B, nh, Tq, Tk): -slope * |distance| between position IDs.
 
-    Distances come from position IDs, so ALiBi sees coupled or offset positions too.
+    Distances come from position IDs, so ALiBi sees coupled or offset positions too; the
+    magnitude keeps the bias a penalty when a coupled key's ID lies ahead of the query's.
     """
-    dist = (position_ids[:, :, None] - position_ids[:, None, :]).to(dtype)  # (B, T, T)
-    t = position_ids.shape[1]
-    causal = torch.ones(t, t, dtype=torch.bool, device=position_ids.device).tril()
-    bias = -slopes.to(dtype)[None, :, None, None] * dist[:, None]
-    return bias.masked_fill(~causal, float("-inf"))
+    dist = (query_ids[:, :, None] - key_ids[:, None, :]).abs().to(dtype)  # (B, Tq, Tk)
+    return -slopes.to(dtype)[None, :, None, None] * dist[:, None]
 
 
 class CausalSelfAttention(nn.Module):
@@ -72,19 +75,33 @@ class CausalSelfAttention(nn.Module):
         if cfg.encoding == "alibi":
             self.register_buffer("slopes", alibi_slopes(cfg.n_head), persistent=False)
 
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
+        """Causal attention over x; with `cache`, over the cached keys too (then x must be one
+        token, which sees every cached key, or the cache must be empty)."""
         b, t, c = x.shape
         nh = self.cfg.n_head
         q, k, v = self.qkv(x).view(b, t, 3, nh, c // nh).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
         if self.cfg.encoding == "rope":
             q = rotary(q, position_ids, self.cfg.rope_base)
             k = rotary(k, position_ids, self.cfg.rope_base)
+        key_ids = position_ids
+        past = cache is not None and "k" in cache
+        if past:
+            if t != 1:
+                raise ValueError("a cached forward takes one token at a time")
+            k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+            key_ids = torch.cat([cache["ids"], position_ids], dim=1)
+        if cache is not None:
+            cache.update(k=k, v=v, ids=key_ids)
         drop = self.cfg.dropout if self.training else 0.0
+        causal = not past and t > 1  # one query against its own past needs no mask
         if self.cfg.encoding == "alibi":
-            mask = alibi_bias(position_ids, self.slopes, q.dtype)
+            mask = alibi_bias(position_ids, key_ids, self.slopes, q.dtype)
+            if causal:
+                mask = mask.masked_fill(~torch.ones(t, t, dtype=torch.bool, device=x.device).tril(), float("-inf"))
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=drop)
         return self.proj(y.transpose(1, 2).reshape(b, t, c))  # (B, T, C)
 
 
@@ -97,8 +114,8 @@ class Block(nn.Module):
             nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model), nn.Dropout(cfg.dropout)
         )
 
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), position_ids)
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), position_ids, cache)
         return x + self.mlp(self.ln2(x))
 
 
@@ -107,12 +124,20 @@ class Transformer(nn.Module):
         super().__init__()
         if cfg.encoding not in ENCODINGS:
             raise ValueError(f"encoding {cfg.encoding!r} not in {ENCODINGS}")
+        if cfg.position_head not in POSITION_HEADS:
+            raise ValueError(f"position_head {cfg.position_head!r} not in {POSITION_HEADS}")
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.max_position, cfg.d_model) if cfg.encoding == "ape" else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.position_head == "pointer":
+            # A query/key pair of its own scores the prompt positions; the chosen position's
+            # coupled ID is the prediction, so it is the same at any offset and any length.
+            self.pointer = nn.Linear(cfg.d_model, 2 * cfg.d_model)
+        elif cfg.position_head == "classifier":
+            self.id_head = nn.Linear(cfg.d_model, cfg.max_position)
         self.apply(self._init)
 
     @staticmethod
@@ -122,14 +147,36 @@ class Transformer(nn.Module):
             if getattr(m, "bias", None) is not None:
                 nn.init.zeros_(m.bias)
 
-    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        """tokens, position_ids: (B, T) -> logits (B, T, vocab)."""
+    def features(self, tokens: torch.Tensor, position_ids: torch.Tensor, cache: list | None = None) -> torch.Tensor:
+        """tokens, position_ids: (B, T) -> final hidden states (B, T, C). `cache`: one dict per
+        layer, filled on the first call and extended by each later one-token call."""
         x = self.tok_emb(tokens)
         if self.pos_emb is not None:
             x = x + self.pos_emb(position_ids)
-        for block in self.blocks:
-            x = block(x, position_ids)
-        return self.head(self.ln_f(x))
+        for i, block in enumerate(self.blocks):
+            x = block(x, position_ids, None if cache is None else cache[i])
+        return self.ln_f(x)
+
+    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """tokens, position_ids: (B, T) -> logits (B, T, vocab)."""
+        return self.head(self.features(tokens, position_ids))
+
+    def new_cache(self) -> list[dict]:
+        return [{} for _ in self.blocks]
+
+    def pointer_logits(self, h_query, query_ids, h_keys, key_ids) -> torch.Tensor:
+        """(B, Tq, C) x (B, Tk, C) -> (B, Tq, Tk): which key position holds the next token's ID.
+
+        With `pointer_rope`, half of the channels are rotated by the position IDs (rotary), so the
+        pointer can select by relative ID (the next bit) as well as by content (a variable's name)."""
+        d, half = self.cfg.d_model, self.cfg.d_model // 2
+        q = self.pointer(h_query)[..., :d]
+        k = self.pointer(h_keys)[..., d:]
+        if not self.cfg.pointer_rope:
+            return q @ k.transpose(1, 2) / d**0.5
+        q = torch.cat([rotary(q[:, None, :, :half], query_ids, self.cfg.rope_base)[:, 0], q[..., half:]], dim=-1)
+        k = torch.cat([rotary(k[:, None, :, :half], key_ids, self.cfg.rope_base)[:, 0], k[..., half:]], dim=-1)
+        return q @ k.transpose(1, 2) / d**0.5
 
 
 def param_count(model: nn.Module) -> int:

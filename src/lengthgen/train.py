@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from lengthgen import datasets
+from lengthgen import datasets, positions, tasks
 from lengthgen import device as devices
 from lengthgen.errors import TrainingDiverged, UserError
 from lengthgen.fileio import atomic_path, canonical_json, write_text
@@ -28,7 +28,10 @@ from lengthgen.model import ModelConfig, Transformer, param_count
 
 def build_model(cell: dict, vocab_size: int) -> Transformer:
     opts = cell["scheme_options"]
-    cfg = ModelConfig(vocab_size=vocab_size, encoding=opts["encoding"], **cell["model"])
+    cfg = ModelConfig(
+        vocab_size=vocab_size, encoding=opts["encoding"], position_head=opts["position_head"],
+        pointer_rope=opts["pointer_rope"], **cell["model"],
+    )
     if "rope_base" in opts:
         cfg.rope_base = opts["rope_base"]
     return Transformer(cfg)
@@ -57,27 +60,69 @@ def answer_mask(seq_len: torch.Tensor, answer_start: torch.Tensor, t: int) -> to
     return (target_pos >= answer_start[:, None]) & (target_pos < seq_len[:, None])
 
 
-def step_loss(model, batch: dict, dev) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cross entropy on answer tokens and per-example exact match (B,) (teacher forced)."""
+COPY = 0  # with `copy`, the output head's class for "copy the pointed token" (padding's id)
+
+
+def step_loss(model, batch: dict, dev, ppc_weight: float = 1.0, copy: bool = False):
+    """Cross entropy on answer tokens (plus `ppc_weight` x the position head's cross entropy
+    on the answer IDs fed back) and per-example exact match (B,), teacher forced.
+    `batch["ids"]` holds the position IDs the model sees. With `copy`, a token the pointer
+    copies is the head's target COPY, so the head only decides copy or not (e.g. EOS)."""
     t = int(batch["seq_len"].max())
-    tokens, pos = batch["tokens"][:, :t].to(dev), batch["positions"][:, :t].to(dev)
+    tokens, ids = batch["tokens"][:, :t].to(dev), batch["ids"][:, :t].to(dev)
     mask = answer_mask(batch["seq_len"], batch["answer_start"], t - 1).to(dev)
+    if "unscored" in batch:
+        mask &= ~batch["unscored"][:, 1:t].to(dev)
     with devices.autocast(dev):
-        logits = model(tokens[:, :-1], pos[:, :-1])
+        h = model.features(tokens[:, :-1], ids[:, :-1])
+        logits = model.head(h)
     targets = tokens[:, 1:]
+    if copy:
+        targets = targets.masked_fill(batch["pointer"][:, 1:t].to(dev) >= 0, COPY)
     loss = F.cross_entropy(logits[mask].float(), targets[mask])
     wrong = ((logits.argmax(-1) != targets) & mask).any(dim=1)
+    if model.cfg.position_head != "none":
+        pointer = batch["pointer"][:, 1:t].to(dev)
+        id_loss, id_wrong = _position_loss(model, h, ids, pointer, batch["answer_start"].to(dev))
+        loss = loss + ppc_weight * id_loss
+        wrong |= id_wrong
     return loss, ~wrong
 
 
-def optimizer_step(model, opt, batch: dict, lr: float, grad_clip: float, dev) -> tuple[float, float]:
+def _position_loss(model, h: torch.Tensor, ids: torch.Tensor, pointer: torch.Tensor, answer_start: torch.Tensor):
+    """The position head's loss and per-example errors on the answer tokens fed back
+    (`pointer` >= 0: the prompt index holding the next token's ID)."""
+    fed = pointer >= 0
+    if model.cfg.position_head == "pointer":
+        p = int(answer_start.max())
+        scores = pointer_scores(model, h, ids[:, :-1], h[:, :p], ids[:, :p], answer_start)
+        loss = F.cross_entropy(scores[fed], pointer[fed])
+        wrong = ((scores.argmax(-1) != pointer) & fed).any(dim=1)
+    else:
+        targets = ids[:, 1:]
+        scores = model.id_head(h).float()
+        loss = F.cross_entropy(scores[fed], targets[fed])
+        wrong = ((scores.argmax(-1) != targets) & fed).any(dim=1)
+    return loss, wrong
+
+
+def pointer_scores(model, h_query, query_ids, h_prompt, prompt_ids, prompt_len) -> torch.Tensor:
+    """(B, Tq, P) float scores of each query over the prompt states (B, P, C); -inf past each
+    example's own prompt (`prompt_len`, (B,))."""
+    with devices.autocast(h_query.device):
+        scores = model.pointer_logits(h_query, query_ids, h_prompt, prompt_ids).float()
+    outside = torch.arange(h_prompt.shape[1], device=h_query.device)[None, :] >= prompt_len[:, None]
+    return scores.masked_fill(outside[:, None, :], float("-inf"))
+
+
+def optimizer_step(model, opt, batch: dict, lr: float, grad_clip: float, dev, ppc_weight=1.0, copy=False):
     """One AdamW step on `batch`; returns its loss and exact-match accuracy (before the step).
 
     A non-finite loss is returned before any update, so the caller can stop cleanly."""
     for group in opt.param_groups:
         group["lr"] = lr
     model.train()
-    loss, correct = step_loss(model, batch, dev)
+    loss, correct = step_loss(model, batch, dev, ppc_weight, copy)
     loss_value = loss.item()
     if math.isfinite(loss_value):
         opt.zero_grad(set_to_none=True)
@@ -128,8 +173,19 @@ def load_training_data(path, cell: dict) -> tuple[dict, dict]:
     if meta["task"] != cell["task"] or meta["split"] != "train":
         raise UserError(f"{path}: holds task {meta['task']!r} split {meta['split']!r}, expected {cell['task']!r} train")
     arrays = datasets.padded(table)
-    keys = ("tokens", "positions", "seq_len", "answer_start")
+    arrays["pointer"] = positions.pointer_targets(arrays["positions"], arrays["seq_len"], arrays["answer_start"])
+    keys = ("tokens", "positions", "seq_len", "answer_start", "pointer")
     return {k: torch.from_numpy(np.asarray(arrays[k], dtype=np.int64)) for k in keys}, meta
+
+
+def training_batch(data: dict, step: int, cell: dict, gaps: tuple) -> dict:
+    """The batch at `step` with its position IDs; offsets and gaps drawn from (seed, step)."""
+    cfg = cell["train"]
+    batch = {k: v[batch_indices(step, len(data["tokens"]), cfg["batch_size"], cell["seed"])] for k, v in data.items()}
+    gen = torch.Generator().manual_seed(cell["seed"] * 1_000_003 + step + 7)
+    opts, max_position = cell["scheme_options"], cell["model"]["max_position"]
+    batch["ids"], batch["unscored"] = positions.training_ids(batch, opts, gaps, max_position, gen)
+    return batch
 
 
 def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = "", log=print) -> dict:
@@ -137,6 +193,8 @@ def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = ""
     cfg, cell_id = cell["train"], _cell_id(cell)
     dev = devices.resolve(cell["device"], cell["threads"])
     data, meta = load_training_data(data_path, cell)
+    opts = cell["scheme_options"]
+    gaps = tasks.get(meta["kind"]).gap_after(opts["positions"] == "coupled")
     torch.manual_seed(cell["seed"])
     model = build_model(cell, len(meta["vocab"])).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"], betas=(0.9, 0.98))
@@ -151,11 +209,13 @@ def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = ""
         step, streak, rows = state["step"], state["streak"], state["rows"]
         log(f"{cell_id}: resumed from step {step}")
     log(f"{cell_id}: {param_count(model):,} parameters on {devices.describe(dev)}, {len(data['tokens']):,} examples")
-    n, patience = len(data["tokens"]), cfg["early_stop"]["patience"]
+    patience = cfg["early_stop"]["patience"]
     started, last_print = time.perf_counter(), 0.0
     while step < cfg["max_steps"] and not (patience and streak >= patience):
-        batch = {k: v[batch_indices(step, n, cfg["batch_size"], cell["seed"])] for k, v in data.items()}
-        loss_value, acc_value = optimizer_step(model, opt, batch, lr_at(step, cfg), cfg["grad_clip"], dev)
+        batch = training_batch(data, step, cell, gaps)
+        loss_value, acc_value = optimizer_step(
+            model, opt, batch, lr_at(step, cfg), cfg["grad_clip"], dev, opts["ppc_weight"], opts["copy"]
+        )
         if not math.isfinite(loss_value):
             raise TrainingDiverged(f"{cell_id}: loss is {loss_value} at step {step}; lower train.lr or check the data")
         streak = streak + 1 if _converged(loss_value, acc_value, cfg["early_stop"]) else 0

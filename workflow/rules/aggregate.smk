@@ -6,6 +6,7 @@ localrules:
     aggregate,
     claims,
     figure_sparse_parity,
+    figure_coupling,
     provenance,
 
 
@@ -37,12 +38,13 @@ rule claims:
         sparse=tasks_of("sparse_parity"),
         train_max=train_max("sparse_parity"),
         config=as_json(CONFIG["claims"]),
+        coupling=as_json(coupling_info()),
         code=CODE["claims"],
     conda:
         ENV
     shell:
         "python -m lengthgen claims --sweep-csv {input:q} --sparse-tasks {params.sparse:q}"
-        " --train-max {params.train_max} --config {params.config:q}"
+        " --train-max {params.train_max} --config {params.config:q} --coupling {params.coupling:q}"
         " --csv {output.csv:q} --md {output.md:q} 2> {log:q} && cat {log:q}"
 
 
@@ -66,6 +68,28 @@ rule figure_sparse_parity:
     shell:
         "python -m lengthgen figure --sweep-csv {input:q} --tasks {params.tasks:q} --train-max {params.train_max}"
         " --out {output:q} 2> {log:q}"
+
+
+rule figure_coupling:
+    input:
+        "results/tables/length_sweep.csv",
+    output:
+        report(
+            "results/figures/coupling.png",
+            caption="../report/coupling.rst",
+            category="E2-E3 position coupling",
+        ),
+    log:
+        "results/logs/figures/coupling.log",
+    params:
+        tasks=[t["name"] for t in coupling_tasks()],
+        train_max=[t["params"]["n_max"] for t in coupling_tasks()],
+        code=CODE["figures"],
+    conda:
+        ENV
+    shell:
+        "python -m lengthgen figure --kind coupling --sweep-csv {input:q} --tasks {params.tasks:q}"
+        " --train-max {params.train_max} --out {output:q} 2> {log:q}"
 
 
 rule provenance:

@@ -69,8 +69,23 @@ def train_max(kind):
     return max([t["params"]["n_max"] for t in CONFIG["tasks"] if t["kind"] == kind] or [0])
 
 
+COUPLING_KINDS = ("scratchpad_parity", "variable_assignment")
+
+
+def coupling_tasks():
+    return [t for t in CONFIG["tasks"] if t["kind"] in COUPLING_KINDS]
+
+
+def coupling_info():
+    """What the claim-2 checks read: each E2/E3 task's kind, longest training length and the
+    options of the schemes it runs."""
+    keys = ("kind", "scheme_options")
+    return {t["name"]: {"n_max": t["params"]["n_max"], **{k: t[k] for k in keys}} for t in coupling_tasks()}
+
+
 def figures():
-    return ["sparse_parity"] if tasks_of("sparse_parity") else []
+    kinds = {"sparse_parity": tasks_of("sparse_parity"), "coupling": coupling_tasks()}
+    return [name for name, present in kinds.items() if present]
 
 
 def as_json(obj):

@@ -1,12 +1,18 @@
 """Task registry: a task kind is looked up by name, never evaluated from a string.
 
 A task module provides:
-  VOCAB             list of token strings (index = token id; id 0 is padding)
+  vocab(params)     list of token strings (index = token id; id 0 is padding)
+  GROUP             the columns that index a test set's blocks (length first)
+  COUPLED           whether `positions` holds coupled IDs (else plain indices)
+  seq_len(params, n)              longest example of length n, in tokens
+  gap_after(coupled)              (prompt tokens after which a training-time position gap may
+                                  open, whether a gap between a target and its query unscores it)
   check(params, eval_cfg, where)  raise UserError naming the key for impossible settings
-  eval_k(params, eval_cfg)        the k values (or other second axis) evaluated
+  eval_k(params, eval_cfg)        the k values evaluated (empty for tasks without k)
   generate_train(params, n_examples, rng) -> dict of numpy columns
   generate_test(params, eval_cfg, seed)   -> dict of numpy columns
 Columns: tokens / positions as lists of arrays, answer_start, length, plus task columns.
+The answer runs from answer_start to the end of the example.
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ from __future__ import annotations
 from types import ModuleType
 
 from lengthgen.errors import UserError
-from lengthgen.tasks import sparse_parity
+from lengthgen.tasks import scratchpad_parity, sparse_parity, variable_assignment
 
 REGISTRY: dict[str, ModuleType] = {
     "sparse_parity": sparse_parity,
+    "scratchpad_parity": scratchpad_parity,
+    "variable_assignment": variable_assignment,
 }
 
 

@@ -14,11 +14,22 @@ from lengthgen.errors import UserError
 VOCAB = ["<pad>", "<bos>", "<sep>", "0", "1", "0*", "1*"]
 PAD, BOS, SEP, ZERO, PLANTED_ZERO = 0, 1, 2, 3, 5
 GROUP = ["length", "k"]  # the axes of a test set: one block of examples per (n, k)
+COUPLED = False  # positions are plain indices: nothing to couple
 
 
-def seq_len(n: int) -> int:
+def vocab(params) -> list[str]:
+    return VOCAB
+
+
+def seq_len(params, n: int) -> int:
     """Tokens in an example of length n: BOS, n bits, SEP, y."""
     return n + 3
+
+
+def gap_after(coupled: bool) -> tuple[frozenset[int], bool]:
+    """Prompt tokens after which a training-time position gap may open (any bit); the answer
+    depends on no distance, so a gap unscores nothing."""
+    return frozenset(range(ZERO, len(VOCAB))), False
 
 
 def train_ks(params) -> list[int]:

@@ -1,0 +1,55 @@
+"""Batched greedy decoding with a key/value cache: the model writes the answer itself.
+
+The ID fed with each generated token follows the scheme: the next index (index schemes), the
+task's coupled ID (`pc`, an oracle), or the position head's prediction from the same step
+(`ppc`), so a `ppc` evaluation never sees the true answer IDs. With `copy`, a token other
+than EOS is copied from the prompt position the pointer chose.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lengthgen import device as devices
+from lengthgen.train import pointer_scores
+
+
+def next_id(model, opts: dict, h: torch.Tensor, query_id, h_prompt, prompt_ids, index: int, oracle):
+    """ID of the token being generated, and the pointer's choice (or None)."""
+    if opts["position_head"] == "pointer":
+        prompt_len = torch.full_like(prompt_ids[:, 0], prompt_ids.shape[1])
+        scores = pointer_scores(model, h[:, None], query_id[:, None], h_prompt, prompt_ids, prompt_len)
+        choice = scores[:, 0].argmax(-1)
+        return prompt_ids.gather(1, choice[:, None])[:, 0], choice
+    if opts["position_head"] == "classifier":
+        return model.id_head(h).argmax(-1), None
+    if opts["positions"] == "coupled":
+        return oracle, None
+    return torch.full_like(prompt_ids[:, 0], index), None
+
+
+@torch.no_grad()
+def generate(model, prompt: torch.Tensor, prompt_ids: torch.Tensor, steps: int, opts: dict, eos: int,
+             oracle_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy answers (B, steps) and the IDs fed with them (B, steps), from prompts (B, P)
+    of equal length. `oracle_ids` (B, steps): the true answer IDs, read only by `pc`."""
+    b, p = prompt.shape
+    cache = model.new_cache()
+    with devices.autocast(prompt.device):
+        h_prompt = model.features(prompt, prompt_ids, cache)  # causal: final for the pointer
+    h, query_id = h_prompt[:, -1], prompt_ids[:, -1]
+    tokens, ids = [], []
+    for s in range(steps):
+        with devices.autocast(prompt.device):
+            tok = model.head(h).argmax(-1)
+        oracle = None if oracle_ids is None else oracle_ids[:, s]
+        fed, choice = next_id(model, opts, h, query_id, h_prompt, prompt_ids, p + s, oracle)
+        if choice is not None and opts["copy"]:
+            tok = torch.where(tok == eos, tok, prompt.gather(1, choice[:, None])[:, 0])
+        tokens.append(tok)
+        ids.append(fed)
+        if s + 1 < steps:
+            with devices.autocast(prompt.device):
+                h = model.features(tok[:, None], fed[:, None], cache)[:, -1]
+            query_id = fed
+    return torch.stack(tokens, 1), torch.stack(ids, 1)
