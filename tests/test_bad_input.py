@@ -33,6 +33,22 @@ def _task(**changes) -> dict:
     return task
 
 
+ASSIGNMENT = {
+    "name": "bad_assignment",
+    "kind": "variable_assignment",
+    "schemes": ["ppc"],
+    "train_examples": 100,
+    "params": {"n_min": 4, "n_max": 6, "depth_max": 3, "variables": 16},
+    "eval": {"lengths": [6, 12], "examples": 10},
+}
+PPC_SCHEMES = {"ppc": {"encoding": "rope", "positions": "coupled", "position_head": "pointer"}}
+
+
+def _params(**params) -> dict:
+    """An override whose task is ASSIGNMENT with changed params."""
+    return {"tasks": [{**ASSIGNMENT, "params": {**ASSIGNMENT["params"], **params}}]}
+
+
 # (id, config override, distinctive substring of the error line)
 CONFIG_CASES = [
     ("unknown_task_kind", {"tasks": [_task(kind="sparse_parityy")]}, "tasks[0].kind"),
@@ -46,6 +62,19 @@ CONFIG_CASES = [
     ("typo_top_level_key", {"tasks": [_task()], "seeeds": [0]}, "'seeeds'"),
     ("device_not_in_enum", {"tasks": [_task()], "device": "gpu"}, "config.device"),
     ("task_zero_max_steps", {"tasks": [_task(train={"max_steps": 0})]}, "tasks[0].train.max_steps"),
+    # E2/E3: impossible depth for N, IDs beyond max_position at the test lengths, PPC without coupled IDs
+    ("depth_exceeds_statements", {"tasks": [ASSIGNMENT], "schemes": PPC_SCHEMES} | _params(depth_max=5),
+     "tasks[0].params.depth_max"),
+    ("too_few_variables", {"tasks": [ASSIGNMENT], "schemes": PPC_SCHEMES} | _params(variables=6),
+     "tasks[0].params.variables"),
+    ("coupled_max_position_too_small", {"tasks": [{**ASSIGNMENT, "model": {"max_position": 40}}],
+                                        "schemes": PPC_SCHEMES}, "tasks[0].model.max_position"),
+    ("ppc_on_task_without_coupled_ids", {"tasks": [_task(schemes=["ppc"])], "schemes": PPC_SCHEMES},
+     "scheme 'ppc' needs coupled position IDs"),
+    ("head_without_coupled_positions", {"tasks": [{**ASSIGNMENT, "schemes": ["ptr"]}], "schemes": {"ptr": {
+        "encoding": "rope", "position_head": "pointer"}}}, "config.schemes.ptr.position_head"),
+    ("unknown_scheme_override", {"tasks": [{**ASSIGNMENT, "scheme_options": {"pcc": {"copy": True}}}],
+                                 "schemes": PPC_SCHEMES}, "tasks[0].schemes: unknown scheme 'pcc'"),
 ]
 
 
@@ -75,11 +104,13 @@ def test_bad_config(tmp_path, override, needle):
 
 
 @pytest.mark.workflow
-def test_good_config_control(tmp_path):
-    """The unbroken task passes validation, so each case above fails for its one change."""
+@pytest.mark.parametrize("good", [{"tasks": [_task()]}, {"tasks": [ASSIGNMENT], "schemes": PPC_SCHEMES}],
+                         ids=["sparse_parity", "variable_assignment"])
+def test_good_config_control(tmp_path, good):
+    """The unbroken tasks pass validation, so each case above fails for its one change."""
     wf = tmp_path / "wf"
     wf.mkdir()
-    (wf / "good.yaml").write_text(yaml.safe_dump({"tasks": [_task()]}))
+    (wf / "good.yaml").write_text(yaml.safe_dump(good))
     proc = run_snakemake(wf, "-n", "-c1", "--configfile", "good.yaml", timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "lengthgen: error:" not in proc.stderr

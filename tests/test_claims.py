@@ -4,7 +4,7 @@ N/A, and only test lengths of at least min_length_ratio x the training length ar
 import pandas as pd
 import pytest
 
-from lengthgen.claims import sparsity_checks, spearman, unmeasured_rows, write_scorecard
+from lengthgen.claims import coupling_checks, sparsity_checks, spearman, unmeasured_rows, write_scorecard
 
 CFG = {"spearman_max": -0.8, "min_drop": 0.3, "min_length_ratio": 8}
 
@@ -62,3 +62,47 @@ def test_mixture_models_are_judged_one_model_at_a_time():
     checks = sparsity_checks(pd.DataFrame(rows), ["K2", "K3"], train_max=10, cfg=CFG)
     assert [(r["check"].split(" at ")[0], r["result"]) for r in checks] == [
         ("rope/K2", "PASS"), ("rope/K2", "PASS"), ("rope/K3", "FAIL"), ("rope/K3", "FAIL")]
+
+
+# -- claim 2 -------------------------------------------------------------------------------
+
+COUPLING = {"length_ratio": 2, "coupled_min": 0.5, "index_max": 0.1, "fit_min": 0.95, "margin": 0.3}
+ROLES = {"rope": {"positions": "index", "position_head": "none"},
+         "pose": {"positions": "index", "position_head": "none"},
+         "pc": {"positions": "coupled", "position_head": "none"},
+         "ppc": {"positions": "coupled", "position_head": "pointer"}}
+
+
+def coupling_sweep(task, acc, depths=(None,), seeds=(0, 1, 2)):
+    """acc: {(scheme, length): [accuracy per seed]}"""
+    rows = [{"task": task, "scheme": s, "seed": seed, "length": n, "depth": d, "accuracy": a[i]}
+            for (s, n), a in acc.items() for i, seed in enumerate(seeds) for d in depths]
+    return pd.DataFrame(rows)
+
+
+def info(kind, schemes):
+    return {"kind": kind, "n_max": 10, "scheme_options": {s: ROLES[s] for s in schemes}}
+
+
+def test_scratchpad_coupling_uses_the_median_over_seeds_at_2x():
+    df = coupling_sweep("e2", {("pc", 20): [0.9, 0.6, 0.0], ("ppc", 20): [0.4, 0.45, 1.0],
+                               ("rope", 20): [0.0, 0.05, 0.9], ("pc", 10): [1, 1, 1]})
+    rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc", "ppc", "rope"])}, COUPLING)
+    got = {r["check"].split(": ")[1]: (r["value"], r["result"]) for r in rows}
+    assert got == {"pc (pc) exact match": (0.6, "PASS"), "ppc (ppc) exact match": (0.45, "FAIL"),
+                   "rope (index) exact match": (0.05, "PASS")}
+
+
+def test_assignment_needs_ppc_to_fit_and_beat_the_best_index_scheme_pose_included():
+    df = coupling_sweep("e3", {("ppc", 10): [1.0, 0.96, 0.97], ("ppc", 20): [0.8, 0.7, 0.9],
+                               ("rope", 20): [0.1, 0.1, 0.1], ("pose", 20): [0.55, 0.55, 0.6]}, depths=(1, 2))
+    rows = coupling_checks(df, {"e3": info("variable_assignment", ["ppc", "rope", "pose"])}, COUPLING)
+    assert [r["result"] for r in rows] == ["PASS", "FAIL"]
+    assert rows[0]["value"] == pytest.approx(0.97)
+    assert "best index scheme (pose)" in rows[1]["check"] and rows[1]["value"] == pytest.approx(0.25)
+
+
+def test_coupling_without_the_2x_length_is_not_applicable():
+    df = coupling_sweep("e2", {("pc", 10): [1, 1, 1], ("pc", 40): [1, 1, 1]})
+    rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc"])}, COUPLING)
+    assert [r["result"] for r in rows] == ["N/A"]

@@ -41,18 +41,18 @@ def test_scratchpad_parity_columns_and_pointer_targets():
 
 
 def test_variable_assignment_hand_checked_chain_and_statements():
-    """Program a = b ; c = 4 ; b = c ; ? a >: the chain a -> b -> c -> 4 has depth 3."""
+    """Program a = b ; c = 4 ; b = c ; ? a: the chain a -> b -> c -> 4 has depth 3."""
     a, b, c = va.VARIABLE, va.VARIABLE + 1, va.VARIABLE + 2
     statements, hops = [(a, b), (c, va.DIGIT + 4), (b, c)], [0, 2, 1]
     vocab = va.vocab(VA_PARAMS)
     tokens, ids = va.example(statements, hops, "chain")
-    assert words(vocab, tokens) == "<bos> v0 = v1 ; v2 = 4 ; v1 = v2 ; ? v0 > v1 v2 4 <eos>"
+    assert words(vocab, tokens) == "<bos> v0 = v1 ; v2 = 4 ; v1 = v2 ; ? v0 v1 v2 4 <eos>"
     # each answer token takes the ID (= prompt index) of the right-hand side it copies
-    assert ids[16:].tolist() == [3, 11, 7, 8]
-    assert ids[:16].tolist() == list(range(16))
+    assert ids[15:].tolist() == [3, 11, 7, 8]
+    assert ids[:15].tolist() == list(range(15))
     tokens, ids = va.example(statements, hops, "statements")
-    assert words(vocab, tokens[16:]) == "v0 = v1 ; v1 = v2 ; v2 = 4 ; <eos>"
-    assert ids[16:].tolist() == [1, 2, 3, 4, 9, 10, 11, 12, 5, 6, 7, 8, 9]
+    assert words(vocab, tokens[15:]) == "v0 = v1 ; v1 = v2 ; v2 = 4 ; <eos>"
+    assert ids[15:].tolist() == [1, 2, 3, 4, 9, 10, 11, 12, 5, 6, 7, 8, 9]
 
 
 def test_variable_assignment_programs_are_well_formed():
@@ -61,10 +61,10 @@ def test_variable_assignment_programs_are_well_formed():
                              cols["depth"], strict=True):
         lhs = t[1 : 4 * n + 1 : 4]
         assert len(set(lhs.tolist())) == n  # each variable assigned once
-        assert a == 4 * n + 4 and len(t) == a + d + 1
+        assert a == 4 * n + 3 and len(t) == a + d + 1
         assert (t[a:-1] == t[p[a:-1]]).all()  # answers copy the prompt token at their coupled ID
         value = dict(zip(t[1 : 4 * n + 1 : 4].tolist(), t[3 : 4 * n + 1 : 4].tolist(), strict=True))
-        walk, x = [], int(t[a - 2])
+        walk, x = [], int(t[a - 1])
         while x in value:
             x = value[x]
             walk.append(x)

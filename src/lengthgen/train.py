@@ -71,7 +71,7 @@ def step_loss(model, batch: dict, dev, ppc_weight: float = 1.0, copy: bool = Fal
     t = int(batch["seq_len"].max())
     tokens, ids = batch["tokens"][:, :t].to(dev), batch["ids"][:, :t].to(dev)
     mask = answer_mask(batch["seq_len"], batch["answer_start"], t - 1).to(dev)
-    if "unscored" in batch:
+    if "unscored" in batch:  # targets a training-time gap moved: neither token nor ID is scored
         mask &= ~batch["unscored"][:, 1:t].to(dev)
     with devices.autocast(dev):
         h = model.features(tokens[:, :-1], ids[:, :-1])
@@ -82,7 +82,7 @@ def step_loss(model, batch: dict, dev, ppc_weight: float = 1.0, copy: bool = Fal
     loss = F.cross_entropy(logits[mask].float(), targets[mask])
     wrong = ((logits.argmax(-1) != targets) & mask).any(dim=1)
     if model.cfg.position_head != "none":
-        pointer = batch["pointer"][:, 1:t].to(dev)
+        pointer = batch["pointer"][:, 1:t].to(dev).masked_fill(~mask, -1)
         id_loss, id_wrong = _position_loss(model, h, ids, pointer, batch["answer_start"].to(dev))
         loss = loss + ppc_weight * id_loss
         wrong |= id_wrong

@@ -3,7 +3,7 @@
 A program of N statements ``x = y ;`` over distinct variables (each assigned once) and
 digit constants, shuffled, then a query:
 
-    BOS x1 = x2 ; x7 = 4 ; x2 = x7 ; ... ; ? x1 >
+    BOS x1 = x2 ; x7 = 4 ; x2 = x7 ; ... ; ? x1
 
 The queried chain has depth D (D statements down to a constant); distractor chains of depth
 1..distractor_depth_max fill the other N - D statements. Answers (``answer_format``):
@@ -11,6 +11,10 @@ The queried chain has depth D (D statements down to a constant); distractor chai
   statements  ``x1 = x2 ; x2 = x7 ; x7 = 4 ; EOS``: each followed statement copied whole
 Coupled IDs: prompt tokens take their index; each answer token takes the ID of the prompt
 token it copies, which only the input determines (EOS, never fed back, takes the last + 1).
+The prompt ends with the queried variable itself (no closing marker), so the first hop is
+found the way every later one is, from the token just written: with a marker after it, the
+pointer at the marker had to look one token back first, which 2-layer models learned late or
+not at all within our CPU budget.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ import numpy as np
 
 from lengthgen.errors import UserError
 
-SPECIALS = ["<pad>", "<bos>", "<eos>", "=", ";", "?", ">"]
-PAD, BOS, EOS, EQ, SEMI, QUERY, ARROW = range(7)
+SPECIALS = ["<pad>", "<bos>", "<eos>", "=", ";", "?"]
+PAD, BOS, EOS, EQ, SEMI, QUERY = range(6)
 DIGIT = len(SPECIALS)  # tokens DIGIT..DIGIT+9 are the constants 0..9, variables follow
 VARIABLE = DIGIT + 10
 GROUP = ["length", "depth"]
@@ -33,9 +37,9 @@ def vocab(params) -> list[str]:
 
 
 def seq_len(params, n: int) -> int:
-    """Prompt (BOS, n statements, ? x >) plus the answer of the deepest chain."""
+    """Prompt (BOS, n statements, ? x) plus the answer of the deepest chain."""
     per_hop = STATEMENT if params["answer_format"] == "statements" else 1
-    return 1 + STATEMENT * n + 3 + params["depth_max"] * per_hop + 1
+    return 1 + STATEMENT * n + 2 + params["depth_max"] * per_hop + 1
 
 
 def eval_k(params, eval_cfg) -> list[int]:
@@ -96,7 +100,7 @@ def example(statements: list, hops: list[int], fmt: str) -> tuple[np.ndarray, np
     prompt = [BOS]
     for lhs, rhs in statements:
         prompt += [lhs, EQ, rhs, SEMI]
-    prompt += [QUERY, statements[hops[0]][0], ARROW]
+    prompt += [QUERY, statements[hops[0]][0]]
     copied = []  # prompt indices the answer copies
     for slot in hops:
         first = 1 + STATEMENT * slot
@@ -111,7 +115,7 @@ def _columns(rows: list[tuple[int, int, np.ndarray, np.ndarray]]) -> dict:
     return {
         "tokens": [r[2] for r in rows],
         "positions": [r[3] for r in rows],
-        "answer_start": STATEMENT * n + 4,
+        "answer_start": STATEMENT * n + 3,
         "length": n,
         "depth": np.array([r[1] for r in rows], dtype=np.int32),
     }
