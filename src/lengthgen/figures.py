@@ -45,8 +45,8 @@ def coupling(sweep_csv, tasks: dict, out) -> None:
     df = df.groupby(["task", "scheme", "seed", "length"], as_index=False)["accuracy"].mean()
     sns.set_theme(style="whitegrid", context="paper")
     grid = sns.relplot(
-        data=df, x="length", y="accuracy", hue="scheme", col="task", col_order=sorted(tasks), kind="line",
-        errorbar=("pi", 100), estimator="median", marker="o", height=2.8, aspect=1.1,
+        data=df, x="length", y="accuracy", hue="scheme", style="scheme", col="task", col_order=sorted(tasks),
+        kind="line", errorbar=("pi", 100), estimator="median", markers=True, height=2.8, aspect=1.1,
         facet_kws={"sharey": True, "sharex": False},
     )
     for task, ax in grid.axes_dict.items():
