@@ -55,6 +55,32 @@ def test_variable_assignment_hand_checked_chain_and_statements():
     assert ids[15:].tolist() == [1, 2, 3, 4, 9, 10, 11, 12, 5, 6, 7, 8, 9]
 
 
+def test_pointer_by_name_decodes_the_chain_with_offset_ids():
+    """With pointer_offset 2 the pointer's targets are the left-hand sides of the statements to
+    follow; decoding feeds back that side's ID + 2 and copies the right-hand side there."""
+    a, b, c = va.VARIABLE, va.VARIABLE + 1, va.VARIABLE + 2
+    tokens, ids = va.example([(a, b), (c, va.DIGIT + 4), (b, c)], [0, 2, 1], "chain")
+    p = 15
+    targets = positions.pointer_targets(ids[None], np.array([len(ids)]), np.array([p]), offset=2)[0, p:]
+    assert targets.tolist() == [1, 9, 5, -1]  # v0's, v1's and v2's statements; EOS is not fed back
+    model = tiny_model(head="pointer", vocab=len(va.vocab(VA_PARAMS)), pointer_rope=False)
+    picks = iter(targets[:3].tolist())
+
+    def pointer_logits(h_query, query_ids, h_keys, key_ids):
+        return torch.nn.functional.one_hot(torch.tensor([[next(picks)]]), h_keys.shape[1]).float() * 10
+
+    model.pointer_logits = pointer_logits
+    model.head = torch.nn.Linear(16, len(va.vocab(VA_PARAMS)))
+    torch.nn.init.zeros_(model.head.weight)
+    torch.nn.init.zeros_(model.head.bias)  # argmax 0 = COPY: never EOS, so every token is copied
+    opts = scheme_options(encoding="rope", positions="coupled", position_head="pointer", copy=True,
+                          pointer_rope=False, pointer_offset=2)
+    t, i = torch.tensor(tokens[None]).long(), torch.tensor(ids[None]).long()
+    out, fed = decode.generate(model, t[:, :p], i[:, :p], 3, opts, va.EOS)
+    assert fed[0].tolist() == ids[p : p + 3].tolist() == [3, 11, 7]
+    assert out[0].tolist() == tokens[p : p + 3].tolist()  # v1 v2 4, copied from the right-hand sides
+
+
 def test_variable_assignment_programs_are_well_formed():
     cols = va.generate_train(VA_PARAMS, 200, np.random.default_rng(1))
     for t, p, a, n, d in zip(cols["tokens"], cols["positions"], cols["answer_start"], cols["length"],

@@ -103,7 +103,7 @@ def _edited(smoke_run, relpath):
                                     "figure_coupling", "provenance", "all"}),
         ("src/lengthgen/figures.py", {"figure_sparse_parity", "figure_coupling", "all"}),
         ("src/lengthgen/decode.py", {"length_sweep", "aggregate", "claims", "figure_sparse_parity",
-                                     "figure_coupling", "provenance", "all"}),
+                                     "figure_coupling", "all"}),
         ("src/lengthgen/tasks/sparse_parity.py", {"generate_dataset", "train", "length_sweep", "aggregate",
                                                   "claims", "figure_sparse_parity", "figure_coupling", "provenance",
                                                   "all"}),

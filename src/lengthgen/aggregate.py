@@ -34,7 +34,9 @@ def collect(sweep_paths) -> pd.DataFrame:
     for axis in AXES:
         if axis in df.columns:
             df[axis] = df[axis].astype("Int32")
-    return df.sort_values(keys_of(df), kind="stable").reset_index(drop=True)
+    keys = keys_of(df)
+    df = df[keys + [c for c in df.columns if c not in keys]]  # keys first, whichever sweep came first
+    return df.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
 def write_csv(df: pd.DataFrame, path) -> None:

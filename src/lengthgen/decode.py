@@ -19,8 +19,8 @@ def next_id(model, opts: dict, h: torch.Tensor, query_id, h_prompt, prompt_ids, 
     if opts["position_head"] == "pointer":
         prompt_len = torch.full_like(prompt_ids[:, 0], prompt_ids.shape[1])
         scores = pointer_scores(model, h[:, None], query_id[:, None], h_prompt, prompt_ids, prompt_len)
-        choice = scores[:, 0].argmax(-1)
-        return prompt_ids.gather(1, choice[:, None])[:, 0], choice
+        fed = prompt_ids.gather(1, scores[:, 0].argmax(-1)[:, None])[:, 0] + opts["pointer_offset"]
+        return fed, (prompt_ids == fed[:, None]).int().argmax(-1)  # the prompt position holding it
     if opts["position_head"] == "classifier":
         return model.id_head(h).argmax(-1), None
     if opts["positions"] == "coupled":

@@ -73,12 +73,13 @@ def training_ids(batch: dict, opts: dict, gaps: tuple, max_position: int, gen: t
     return ids.masked_fill(~valid, 0), unscored
 
 
-def pointer_targets(positions: np.ndarray, seq_len: np.ndarray, answer_start: np.ndarray) -> np.ndarray:
+def pointer_targets(positions: np.ndarray, seq_len: np.ndarray, answer_start: np.ndarray, offset: int = 0):
     """(N, T) int64: for each answer token fed back (all but the final EOS), the index of the
-    prompt token with its coupled ID; -1 elsewhere. Prompt IDs that answers use are unique."""
+    prompt token whose coupled ID is the answer token's minus `offset`; -1 elsewhere. Prompt
+    IDs that answers use are unique."""
     out = np.full(positions.shape, -1, dtype=np.int64)
     for i, (row, n, a) in enumerate(zip(positions, seq_len, answer_start, strict=True)):
         where = {int(p): j for j, p in enumerate(row[:a])}
         for t in range(a, n - 1):
-            out[i, t] = where.get(int(row[t]), -1)
+            out[i, t] = where.get(int(row[t]) - offset, -1)
     return out

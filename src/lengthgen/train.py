@@ -173,7 +173,9 @@ def load_training_data(path, cell: dict) -> tuple[dict, dict]:
     if meta["task"] != cell["task"] or meta["split"] != "train":
         raise UserError(f"{path}: holds task {meta['task']!r} split {meta['split']!r}, expected {cell['task']!r} train")
     arrays = datasets.padded(table)
-    arrays["pointer"] = positions.pointer_targets(arrays["positions"], arrays["seq_len"], arrays["answer_start"])
+    offset = cell["scheme_options"]["pointer_offset"]
+    arrays["pointer"] = positions.pointer_targets(arrays["positions"], arrays["seq_len"], arrays["answer_start"],
+                                                  offset)
     keys = ("tokens", "positions", "seq_len", "answer_start", "pointer")
     return {k: torch.from_numpy(np.asarray(arrays[k], dtype=np.int64)) for k in keys}, meta
 
