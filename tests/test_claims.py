@@ -96,8 +96,10 @@ def test_scratchpad_coupling_uses_the_median_over_seeds_at_2x():
 def test_assignment_needs_ppc_to_fit_and_beat_the_best_index_scheme_pose_included():
     df = coupling_sweep("e3", {("ppc", 10): [1.0, 0.96, 0.97], ("ppc", 20): [0.8, 0.7, 0.9],
                                ("rope", 20): [0.1, 0.1, 0.1], ("pose", 20): [0.55, 0.55, 0.6]}, depths=(1, 2))
-    rows = coupling_checks(df, {"e3": info("variable_assignment", ["ppc", "rope", "pose"])}, COUPLING)
+    e3 = {**info("variable_assignment", ["ppc", "rope", "pose"]), "answer_format": "chain"}
+    rows = coupling_checks(df, {"e3": e3}, COUPLING)
     assert [r["result"] for r in rows] == ["PASS", "FAIL"]
+    assert all(r["check"].startswith("e3 (chain answers) at n=") for r in rows)
     assert rows[0]["value"] == pytest.approx(0.97)
     assert "best index scheme (pose)" in rows[1]["check"] and rows[1]["value"] == pytest.approx(0.25)
 

@@ -222,3 +222,21 @@ def test_pc_decoding_uses_the_oracle_ids_and_ppc_ignores_them(trained_ppc):
         pc = {**opts, "position_head": "none"}
         _, fed_pc = decode.generate(model, tokens[:, :7], ids[:, :7], 6, pc, sp.EOS, oracle_ids=junk)
     assert (fed_pc == 50).all() and not (fed_ppc == 50).any()
+
+
+def test_classifier_head_is_trained_on_ids_and_decodes_its_argmax():
+    """The classifier variant of PPC: its loss reads the (offset, gapped) IDs of the answer
+    tokens fed back, and decoding feeds back the class it predicts."""
+    tokens, ids = sp.example(np.array([1, 0, 1]), "end")
+    model = tiny_model(head="classifier")
+    batch = {"tokens": torch.tensor(tokens[None]).long(), "ids": torch.tensor(ids[None]).long() + 20,
+             "seq_len": torch.tensor([9]), "answer_start": torch.tensor([5]),
+             "pointer": torch.from_numpy(positions.pointer_targets(ids[None], np.array([9]), np.array([5])))}
+    loss, _ = train.step_loss(model, batch, torch.device("cpu"))
+    with torch.no_grad():
+        model.id_head.bias.copy_(torch.nn.functional.one_hot(torch.tensor(33), 64) * 100.0)
+        low, _ = train.step_loss(model, {**batch, "ids": torch.full((1, 9), 33)}, torch.device("cpu"))
+    assert torch.isfinite(loss) and low < loss  # the ID loss falls when the head predicts the fed IDs
+    opts = scheme_options(encoding="rope", positions="coupled", position_head="classifier")
+    _, fed = decode.generate(model, batch["tokens"][:, :5], batch["ids"][:, :5], 4, opts, sp.EOS)
+    assert (fed == 33).all()

@@ -78,7 +78,11 @@ def coupling_checks(sweep: pd.DataFrame, tasks: dict, cfg: dict) -> list[dict]:
         names = sorted(sweep.loc[sweep["task"] == task, "scheme"].unique())
         n_max = info["n_max"]
         n = int(round(cfg["length_ratio"] * n_max))
-        where = f"{task} at n={n} ({cfg['length_ratio']:g}x)"
+        if info.get("answer_format"):  # E3: the scorecard names the format that shows the claim, or not
+            task_label = f"{task} ({info['answer_format']} answers)"
+        else:
+            task_label = task
+        where = f"{task_label} at n={n} ({cfg['length_ratio']:g}x)"
         if n not in set(sweep.loc[sweep["task"] == task, "length"]):
             rows.append(_row("2 coupling", f"{where}: not tested", float("nan"), "-", None, "add it to eval.lengths"))
             continue
@@ -92,17 +96,17 @@ def coupling_checks(sweep: pd.DataFrame, tasks: dict, cfg: dict) -> list[dict]:
                 ok = at[s] >= cfg["coupled_min"] if coupled else at[s] <= cfg["index_max"]
                 rows.append(_row("2 coupling", f"{where}: {s} ({roles[s]}) exact match", at[s], threshold, ok, detail))
         else:
-            rows.extend(_assignment_rows(sweep, task, n_max, where, at, roles, cfg, detail))
+            rows.extend(_assignment_rows(sweep, task, task_label, n_max, where, at, roles, cfg, detail))
     return rows
 
 
-def _assignment_rows(sweep, task, n_max, where, at, roles, cfg, detail) -> list[dict]:
+def _assignment_rows(sweep, task, task_label, n_max, where, at, roles, cfg, detail) -> list[dict]:
     ppc = [s for s, r in roles.items() if r == "ppc"]
     index = [s for s, r in roles.items() if r == "index"]
     rows = []
     for s in ppc:
         fit = _median_at(sweep, task, s, n_max)
-        rows.append(_row("2 coupling", f"{task} at n={n_max} (1x): {s} fits", fit, f">= {cfg['fit_min']}",
+        rows.append(_row("2 coupling", f"{task_label} at n={n_max} (1x): {s} fits", fit, f">= {cfg['fit_min']}",
                          fit >= cfg["fit_min"], "in distribution"))
         if index:
             best = max(index, key=lambda i: at[i])

@@ -77,10 +77,17 @@ def coupling_tasks():
 
 
 def coupling_info():
-    """What the claim-2 checks read: each E2/E3 task's kind, longest training length and the
-    options of the schemes it runs."""
-    keys = ("kind", "scheme_options")
-    return {t["name"]: {"n_max": t["params"]["n_max"], **{k: t[k] for k in keys}} for t in coupling_tasks()}
+    """What the claim-2 checks read: each E2/E3 task's kind, longest training length, answer
+    format (E3) and the options of the schemes it runs."""
+    return {
+        t["name"]: {
+            "kind": t["kind"],
+            "n_max": t["params"]["n_max"],
+            "answer_format": t["params"].get("answer_format"),
+            "scheme_options": t["scheme_options"],
+        }
+        for t in coupling_tasks()
+    }
 
 
 def figures():
