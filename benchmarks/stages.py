@@ -1,16 +1,20 @@
-"""Stage rates at 1 torch thread: data generation (examples/s) and evaluation (examples/s per
-test length), median over rounds that alternate between the cases.
+"""Stage rates at 1 torch thread: data generation (examples/s) and evaluation (examples/s and
+answer tokens/s per test length), median over rounds that alternate between the cases.
 
-Generation, per task kind of the embedded default config:
+Generation, per task kind of the embedded default config (its first task of that kind):
   train_64    the task's generate_train for 100,000 examples of length 64, in memory
-              (sparse_parity: k of the default's first task; the target is under 2 s)
+              (sparse_parity: k of the default's first task; variable_assignment: at least
+              64 variables; the target is under 2 s for sparse_parity)
   stage_64    the same through datasets.generate: columns, Arrow table, Parquet write
   train_split the default's first task of that kind, train split, as the `generate` rule runs it
-  test_split  its test split (drawn per (n, k), then rows seen in training dropped)
-Evaluation: a model of the E1 default size per scheme, random init, saved in the checkpoint
-format lengthgen.evaluate.load_model reads, then the same batches length_sweep runs
-(train.step_loss under no_grad, eval batch size) on the default test set, timed per length;
-and one end-to-end evaluate.length_sweep call (load, every length, Parquet write).
+  test_split  its test split (drawn per test group: length x k, length x depth or length,
+              then rows seen in training dropped)
+Evaluation, per task kind and per scheme the default config runs on that task: a model of the
+task's default size with the scheme's options (position head, pointer), random init, saved
+in the checkpoint format lengthgen.evaluate.load_model reads, then evaluate._group_metrics,
+the autoregressive decoding length_sweep runs, on each test group of the default test set
+(eval batch size), timed per length; and one end-to-end evaluate.length_sweep call per kind
+(load, every group, Parquet write).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from common import ROOT, Options, Section, md_table, median, set_threads, timed
 
 NAME = "stages"
 TITLE = "Stage rates: data generation and evaluation (1 thread)"
-SCHEMES = ["rope", "alibi", "nope", "ape"]
+N_BIG = 100_000  # examples of the train_64 / stage_64 cases
 
 
 def default_config() -> dict:
@@ -32,6 +36,27 @@ def default_config() -> dict:
 
     raw = lgconfig.load_yaml(ROOT / "config.yaml")
     return lgconfig.validate(raw, lgconfig.load_yaml(ROOT / "workflow" / "schemas" / "config.schema.yaml"))
+
+
+def params_at_64(kind: str, params: dict) -> dict:
+    """The task's parameters with every training example of length 64."""
+    p = {**params, "n_min": 64, "n_max": 64}
+    if kind == "variable_assignment":  # each variable is assigned once: 64 statements need 64 names
+        p["variables"] = max(p["variables"], 64)
+        p["depth_max"] = min(p["depth_max"], 64)
+        p["depth_min"] = min(p["depth_min"], p["depth_max"])
+    return p
+
+
+def test_groups(module, params: dict, eval_cfg: dict) -> tuple[int, str]:
+    """Test groups per length (the task's GROUP axes besides length) and a description."""
+    ks = module.eval_k(params, eval_cfg)
+    if ks:
+        return len(ks), f"k {ks}"
+    if "depth" in module.GROUP:
+        depths = list(range(params["depth_min"], params["depth_max"] + 1))
+        return len(depths), f"depths {depths}"
+    return 1, ""
 
 
 def generation(cfg: dict, tmp: Path, quick: bool) -> tuple[list[dict], dict]:
@@ -47,17 +72,20 @@ def generation(cfg: dict, tmp: Path, quick: bool) -> tuple[list[dict], dict]:
         te = lgconfig.data_slice(cfg, task["name"], "test")
         train_path, test_path = tmp / f"{kind}_train.parquet", tmp / f"{kind}_test.parquet"
         test_paths[kind] = (test_path, task)
-        p64 = {**tr["params"], "n_min": 64, "n_max": 64}
-        big = {**tr, "params": p64, "train_examples": 100_000}
-        cases[(kind, "train_64")] = lambda m=module, p=p64: m.generate_train(p, 100_000, np.random.default_rng(0))
+        p64 = params_at_64(kind, tr["params"])
+        module.check(p64, {**te["eval"], "lengths": [64]}, f"{NAME}.{kind}.train_64")
+        big = {**tr, "params": p64, "train_examples": N_BIG}
+        cases[(kind, "train_64")] = lambda m=module, p=p64: m.generate_train(p, N_BIG, np.random.default_rng(0))
         cases[(kind, "stage_64")] = lambda b=big: datasets.generate(b, "train", b["seed"], tmp / "big.parquet")
         cases[(kind, "train_split")] = lambda s=tr, o=train_path: datasets.generate(s, "train", s["seed"], o)
         cases[(kind, "test_split")] = lambda s=te, o=test_path, t=train_path: datasets.generate(
             s, "test", s["seed"], o, train_path=t)
-        sizes[(kind, "train_64")] = sizes[(kind, "stage_64")] = (100_000, "n = 64, " + _params(p64))
+        sizes[(kind, "train_64")] = sizes[(kind, "stage_64")] = (N_BIG, "n = 64, " + _params(p64))
         sizes[(kind, "train_split")] = (tr["train_examples"], f"{task['name']}: " + _params(tr["params"]))
-        n_test = te["eval"]["examples"] * len(te["eval"]["lengths"]) * len(module.eval_k(te["params"], te["eval"]))
-        sizes[(kind, "test_split")] = (n_test, f"{task['name']}: lengths {te['eval']['lengths']}")
+        groups, axes = test_groups(module, te["params"], te["eval"])
+        n_test = te["eval"]["examples"] * len(te["eval"]["lengths"]) * groups
+        sizes[(kind, "test_split")] = (n_test, f"{task['name']}: lengths {te['eval']['lengths']}"
+                                       + (f" x {axes}" if axes else ""))
     times = {k: [] for k in cases}
     for _ in range(rounds):
         for key, fn in cases.items():  # train_split runs before test_split, which reads it
@@ -76,69 +104,79 @@ def _params(p: dict) -> str:
         f", n in [{p['n_min']}, {p['n_max']}]" if p["n_min"] != p["n_max"] else "")
 
 
-def save_random_checkpoint(path: Path, cfg: dict, task: dict, scheme: str, vocab: list[str], meta: dict) -> None:
-    """An E1-size model at random init, in the format lengthgen.evaluate.load_model reads."""
-    from lengthgen.model import ModelConfig, Transformer
+def _mean(total: int, count: int) -> int | float:
+    return total // count if total % count == 0 else total / count
 
+
+def save_random_checkpoint(path: Path, cfg: dict, task: dict, scheme: str, meta: dict) -> None:
+    """A model of the task's default size with the scheme's options (encoding, position head,
+    pointer), at random init, in the format lengthgen.evaluate.load_model reads; its cell
+    carries the scheme options length_sweep decodes with."""
+    from lengthgen import config as lgconfig
+    from lengthgen.train import build_model
+
+    cell = lgconfig.cell_slice(cfg, task["name"], scheme, 0)
     torch.manual_seed(0)
-    mcfg = ModelConfig(vocab_size=len(vocab), encoding=cfg["schemes"][scheme]["encoding"], **task["model"])
-    model = Transformer(mcfg)
+    model = build_model(cell, len(meta["vocab"]))  # ModelConfig from the scheme options, as training does
     torch.save({
-        "model_args": mcfg.to_dict(),
+        "model_args": model.cfg.to_dict(),
         "state_dict": model.state_dict(),
-        "cell": {"task": task["name"], "scheme": scheme, "seed": 0},
+        "cell": cell,
         "task": {k: meta[k] for k in ("task", "kind", "params", "vocab")},
     }, path)
 
 
 def evaluation(cfg: dict, tmp: Path, test_paths: dict, quick: bool) -> tuple[list[dict], list[dict]]:
-    from lengthgen import datasets
-    from lengthgen.evaluate import length_sweep, load_model
-    from lengthgen.train import step_loss
+    from lengthgen import datasets, tasks
+    from lengthgen.evaluate import _group_metrics, length_sweep, load_model
 
     rounds = 1 if quick else 3
-    schemes = ["rope"] if quick else SCHEMES
-    limit = 200 if quick else 500  # examples per length
+    limit = 200 if quick else 500  # examples per test group
     batch_size = cfg["eval"]["batch_size"]
     dev = torch.device("cpu")
     rows, e2e = [], []
     for kind, (test_path, task) in test_paths.items():
+        schemes = task["schemes"][:1] if quick else list(task["schemes"])
         table, meta = datasets.read(test_path)
         arrays = datasets.padded(table)
-        lengths = sorted(set(int(x) for x in arrays["length"]))
-        batches = {}
-        for n in lengths:
-            idx = np.flatnonzero(arrays["length"] == n)[:limit]
-            batches[n] = [
-                {k: torch.from_numpy(np.asarray(arrays[k][idx[s:s + batch_size]], dtype=np.int64))
-                 for k in ("tokens", "positions", "seq_len", "answer_start")}
-                for s in range(0, len(idx), batch_size)
-            ]
+        eos = meta["vocab"].index("<eos>") if "<eos>" in meta["vocab"] else -1
+        group = tasks.get(kind).GROUP
+        keys = np.stack([arrays[g] for g in group], axis=1)
+        groups = {}  # length -> [indices of one test group, at most `limit`], as length_sweep splits them
+        for key in np.unique(keys, axis=0):
+            idx = np.flatnonzero((keys == key).all(axis=1))[:limit]
+            groups.setdefault(int(key[0]), []).append(idx)
+        lengths = sorted(groups)
         models = {}
         for scheme in schemes:
             path = tmp / f"{kind}_{scheme}.pt"
-            save_random_checkpoint(path, cfg, task, scheme, meta["vocab"], meta)
-            models[scheme] = (load_model(path, dev)[0], path)
+            save_random_checkpoint(path, cfg, task, scheme, meta)
+            models[scheme] = (load_model(path, dev)[0], path, task["scheme_options"][scheme])
 
-        def run(model, bs):
-            with torch.no_grad():
-                for b in bs:
-                    step_loss(model, b, dev)
+        def decode(scheme, idxs, models=models, arrays=arrays, eos=eos):
+            """What length_sweep runs on these test groups: greedy decoding, then scoring."""
+            model, _, opts = models[scheme]
+            for idx in idxs:
+                _group_metrics(model, arrays, idx, opts, eos, batch_size, dev)
 
         for scheme in schemes:  # warm-up
-            run(models[scheme][0], batches[lengths[0]][:1])
+            decode(scheme, [groups[lengths[0]][0][:8]])
         times = {(s, n): [] for s in schemes for n in lengths}
         for _ in range(rounds):
             for s in schemes:
                 for n in lengths:
-                    times[(s, n)].append(timed(lambda m=models[s][0], bs=batches[n]: run(m, bs)))
+                    times[(s, n)].append(timed(lambda s=s, idxs=groups[n], f=decode: f(s, idxs)))
         for (s, n), t in times.items():
-            count = sum(len(b["tokens"]) for b in batches[n])
+            idx = np.concatenate(groups[n])
+            count = len(idx)
+            tokens = int(arrays["seq_len"][idx].sum())
+            answer = int((arrays["seq_len"][idx] - arrays["answer_start"][idx]).sum())
             med = median(t)
-            rows.append({"kind": kind, "scheme": s, "length": n, "tokens_per_example": int(batches[n][0]["seq_len"][0]),
+            rows.append({"kind": kind, "scheme": s, "length": n, "tokens_per_example": _mean(tokens, count),
+                         "answer_tokens_per_example": _mean(answer, count), "groups": len(groups[n]),
                          "examples": count, "runs": len(t), "seconds_median": med, "examples_per_s": count / med,
-                         "tokens_per_s": count * int(batches[n][0]["seq_len"][0]) / med})
-        # one end-to-end length_sweep, as the rule runs it (load, all lengths, write)
+                         "tokens_per_s": tokens / med, "answer_tokens_per_s": answer / med})
+        # one end-to-end length_sweep, as the rule runs it (load, all groups, write)
         scheme = schemes[0]
         eval_cfg = {"device": "cpu", "threads": 1, **cfg["eval"]}
         seconds = timed(lambda p=models[scheme][1], d=test_path, e=eval_cfg: length_sweep(
@@ -164,22 +202,30 @@ def run(opts: Options) -> Section:
         s = target[0]["seconds_median"]
         verdict = (f"100,000 sparse_parity examples of length 64: **{s:.2f} s** in memory "
                    f"({'meets' if s < 2 else 'misses'} the < 2 s target).")
-    # evaluation: one column per scheme, one row per length
-    by_len = {}
+    # evaluation: one column per scheme (those the task runs), one row per (task, length)
+    by_len, tok_len = {}, {}
     for r in eval_rows:
-        by_len.setdefault((r["kind"], r["length"]), {"kind": r["kind"], "length": r["length"],
-                                                     "examples": r["examples"]})[r["scheme"]] = r["examples_per_s"]
+        head = {"kind": r["kind"], "length": r["length"], "examples": r["examples"],
+                "tokens": r["tokens_per_example"], "answer": r["answer_tokens_per_example"]}
+        by_len.setdefault((r["kind"], r["length"]), dict(head))[r["scheme"]] = r["examples_per_s"]
+        tok_len.setdefault((r["kind"], r["length"]), dict(head))[r["scheme"]] = r["answer_tokens_per_s"]
     schemes = list(dict.fromkeys(r["scheme"] for r in eval_rows))
+    columns = [("kind", "task"), ("length", "length n"), ("examples", "examples"),
+               ("tokens", "tokens/example"), ("answer", "answer tokens/example"), *[(s, s) for s in schemes]]
     md = "\n\n".join(filter(None, [
         "Generation (median of alternating rounds; examples/s):",
         md_table(gen_rows, [("kind", "task"), ("case", "case"), ("what", "what"), ("examples", "examples"),
                             ("seconds_median", "s (median)"), ("examples_per_s", "examples/s")]),
         verdict,
-        f"Evaluation, E1 default size at random init (examples/s per test length; eval batch size "
-        f"{cfg['eval']['batch_size']}; a test example of length n is n + 3 tokens):",
-        md_table(list(by_len.values()), [("kind", "task"), ("length", "length n"), ("examples", "examples"),
-                                         *[(s, s) for s in schemes]]),
-        "End to end `evaluate.length_sweep` (load checkpoint and test set, every length, write Parquet): " + "; ".join(
+        f"Evaluation, autoregressive decoding (`evaluate._group_metrics`, as `length_sweep` runs it) of a "
+        f"model of each task's default size at random init, one column per scheme the default runs on the "
+        f"task (a blank: not run); eval batch size {cfg['eval']['batch_size']}, every test group of a length "
+        f"(k or depth), at most {200 if opts.quick else 500} examples each. Examples/s:",
+        md_table(list(by_len.values()), columns),
+        "Answer tokens decoded per second (the first from the prompt's forward pass, each later one from "
+        "a cached one-token step):",
+        md_table(list(tok_len.values()), columns),
+        "End to end `evaluate.length_sweep` (load checkpoint and test set, every group, write Parquet): " + "; ".join(
             f"{r['kind']}/{r['scheme']}: {r['examples']:,} examples in {r['seconds']:.2f} s = "
             f"{r['examples_per_s']:,.0f} examples/s" for r in e2e) + ".",
     ]))
