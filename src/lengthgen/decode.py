@@ -2,8 +2,9 @@
 
 The ID fed with each generated token follows the scheme: the next index (index schemes), the
 task's coupled ID (`pc`, an oracle), or the position head's prediction from the same step
-(`ppc`), so a `ppc` evaluation never sees the true answer IDs. With `copy`, a token other
-than EOS is copied from the prompt position the pointer chose.
+(`ppc`), so a `ppc` evaluation never sees the true answer IDs. A pointer feeds back the ID
+of the prompt position it picks plus the scheme's `pointer_offset`; with `copy`, a token other
+than EOS is copied from the prompt position holding that ID.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def generate(model, prompt: torch.Tensor, prompt_ids: torch.Tensor, steps: int, 
              oracle_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy answers (B, steps) and the IDs fed with them (B, steps), from prompts (B, P)
     of equal length. `oracle_ids` (B, steps): the true answer IDs, read only by `pc`."""
-    b, p = prompt.shape
+    p = prompt.shape[1]
     cache = model.new_cache()
     with devices.autocast(prompt.device):
         h_prompt = model.features(prompt, prompt_ids, cache)  # causal: final for the pointer
