@@ -225,18 +225,23 @@ def test_pc_decoding_uses_the_oracle_ids_and_ppc_ignores_them(trained_ppc):
 
 
 def test_classifier_head_is_trained_on_ids_and_decodes_its_argmax():
-    """The classifier variant of PPC: its loss reads the (offset, gapped) IDs of the answer
-    tokens fed back, and decoding feeds back the class it predicts."""
+    """The classifier variant of PPC: its loss is cross entropy against the IDs fed with the
+    answer tokens (here offset by 20), and decoding feeds back the class it predicts."""
     tokens, ids = sp.example(np.array([1, 0, 1]), "end")
     model = tiny_model(head="classifier")
-    batch = {"tokens": torch.tensor(tokens[None]).long(), "ids": torch.tensor(ids[None]).long() + 20,
-             "seq_len": torch.tensor([9]), "answer_start": torch.tensor([5]),
-             "pointer": torch.from_numpy(positions.pointer_targets(ids[None], np.array([9]), np.array([5])))}
-    loss, _ = train.step_loss(model, batch, torch.device("cpu"))
+    fed_ids = torch.tensor(ids[None]).long() + 20
+    pointer = torch.from_numpy(positions.pointer_targets(ids[None], np.array([9]), np.array([5])))[:, 1:]
     with torch.no_grad():
-        model.id_head.bias.copy_(torch.nn.functional.one_hot(torch.tensor(33), 64) * 100.0)
-        low, _ = train.step_loss(model, {**batch, "ids": torch.full((1, 9), 33)}, torch.device("cpu"))
-    assert torch.isfinite(loss) and low < loss  # the ID loss falls when the head predicts the fed IDs
+        h = model.features(torch.tensor(tokens[None, :-1]).long(), fed_ids[:, :-1])
+        answer_ids = fed_ids[0, 5:8]  # s_1..s_3, the answer tokens fed back
+        model.id_head.weight.zero_()
+        model.id_head.bias.copy_(torch.full((64,), -50.0))
+        model.id_head.bias[answer_ids] = 50.0  # the head can only tell these three apart at chance
+        even, _ = train._position_loss(model, h, fed_ids, pointer, torch.tensor([5]))
+        model.id_head.bias[answer_ids[1:]] = -50.0  # now it is sure of s_1's ID for every token
+        sure, wrong = train._position_loss(model, h, fed_ids, pointer, torch.tensor([5]))
+    assert even.item() == pytest.approx(np.log(3), abs=1e-4)  # cross entropy over the IDs, not the tokens
+    assert sure.item() == pytest.approx(200 / 3, rel=1e-3) and wrong.item()  # two of three IDs wrong by 100
     opts = scheme_options(encoding="rope", positions="coupled", position_head="classifier")
-    _, fed = decode.generate(model, batch["tokens"][:, :5], batch["ids"][:, :5], 4, opts, sp.EOS)
-    assert (fed == 33).all()
+    _, fed = decode.generate(model, torch.tensor(tokens[None, :5]).long(), fed_ids[:, :5], 4, opts, sp.EOS)
+    assert (fed == answer_ids[0]).all()
