@@ -15,11 +15,18 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/aggregate.smk"
 
 
+if CONFIG["language"]:
+
+    include: "workflow/rules/language.smk"
+
+
+
 rule all:
     input:
         "results/tables/length_sweep.csv",
         "results/tables/summary.md",
         "results/tables/claims.md",
         "results/provenance.json",
+        language_tables(),
         expand("results/figures/{figure}.png", figure=figures()),
     default_target: True

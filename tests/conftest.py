@@ -20,7 +20,8 @@ VENV_BIN = Path(sys.prefix) / "bin" if (Path(sys.prefix) / "bin" / "snakemake").
 PYTHON = str(VENV_BIN / "python") if (VENV_BIN / "python").exists() else sys.executable
 
 # What a scratch copy of the workflow needs to run.
-WORKFLOW_ITEMS = ("Snakefile", "config.yaml", "config", "workflow", "src", "profiles", "environment.yml")
+# resources/ holds the fetched offline corpus (E4), when the repo has it: copied, not fetched again.
+WORKFLOW_ITEMS = ("Snakefile", "config.yaml", "config", "workflow", "src", "profiles", "environment.yml", "resources")
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".snakemake", "results")
 
 # Defaults of $defs/train in workflow/schemas/config.schema.yaml.

@@ -75,6 +75,16 @@ CONFIG_CASES = [
         "encoding": "rope", "position_head": "pointer"}}}, "config.schemes.ptr.position_head"),
     ("unknown_scheme_override", {"tasks": [{**ASSIGNMENT, "scheme_options": {"pcc": {"copy": True}}}],
                                  "schemes": PPC_SCHEMES}, "tasks[0].schemes: unknown scheme 'pcc'"),
+    # E4: the short context must be shorter; k cannot exceed the distant window
+    ("short_not_below_long", {"tasks": [_task()], "language": {"T_long": 64, "T_short": 64}},
+     "config.language.T_short: 64 must be below T_long (64)"),
+    ("k_beyond_distant_window", {"tasks": [_task()], "language": {"T_long": 40, "T_short": 36,
+                                                                   "influence": {"k": [1, 8]}}},
+     "config.language.influence.k: 8 exceeds the distant window"),
+    ("greedy_k_not_scored", {"tasks": [_task()], "language": {"influence": {"k": [1, 2]}}},
+     "config.claims.language.greedy_k: 4"),
+    ("unknown_corpus_source", {"tasks": [_task()], "language": {"corpus": {"source": "c4"}}},
+     "config.language.corpus.source"),
 ]
 
 
@@ -181,3 +191,73 @@ def test_generate_with_invalid_json(tmp_path):
     assert not out.exists()
     assert not out.parent.exists()
     assert not temp_files(tmp_path)
+
+
+# -- E4 inputs ------------------------------------------------------------------------------
+
+
+def _corpus(tmp_path, texts: dict) -> Path:
+    for name, text in texts.items():
+        (tmp_path / "docs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "docs" / name).write_text(text)
+    return tmp_path / "docs"
+
+
+@pytest.mark.parametrize(("case", "files", "needle"), [
+    ("missing", {}, "no files match"),
+    ("empty", {"a.txt": "  \n", "b.txt": ""}, "no documents"),
+    ("corrupted_shard", {"a.jsonl": '{"text": "fine"}\n{"text": broken\n'}, "a.jsonl"),
+])
+def test_corpus_bad_input(tmp_path, case, files, needle):
+    docs = _corpus(tmp_path, files)
+    pattern = str(docs / "*.jsonl") if case == "corrupted_shard" else str(docs / "*.txt")
+    out = tmp_path / "out" / "corpus.parquet"
+    proc = run_lengthgen("corpus", "--config", json.dumps({"source": "files", "path": pattern}), "--out", out,
+                         cwd=tmp_path)
+    assert_one_line_error(proc, needle)
+    assert not out.exists() and not temp_files(tmp_path)
+
+
+def test_corpus_hub_id_offline(tmp_path):
+    out = tmp_path / "corpus.parquet"
+    cfg = {"source": "openwebtext", "dataset": "Skylion007/openwebtext", "max_documents": 10}
+    proc = subprocess_with_env(["corpus", "--config", json.dumps(cfg), "--out", str(out)], tmp_path,
+                               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    line = assert_one_line_error(proc, "language.corpus.dataset")
+    assert "language.corpus.path" in line  # says how to point at local shards
+    assert not out.exists()
+
+
+def subprocess_with_env(args, cwd, **env):
+    import subprocess
+
+    from conftest import PYTHON, REPO, venv_env
+
+    return subprocess.run([PYTHON, "-m", "lengthgen", *args], cwd=cwd, text=True, capture_output=True,
+                          env=venv_env(PYTHONPATH=str(REPO / "src"), **env), timeout=300)
+
+
+def test_score_with_a_token_stream_of_another_tokenizer(tmp_path):
+    """Models and streams made with one tokenizer, scored with another: one line, nothing written."""
+    from lengthgen.language import corpus, lm, tokenizer
+
+    rng = np.random.default_rng(0)
+    docs = _corpus(tmp_path, {f"d{i}.txt": " ".join(rng.choice(["a", "bb", "ccc", "dd"], 200)) for i in range(12)})
+    corpus.build({"source": "files", "path": str(docs / "*.txt"), "validation_fraction": 0.3}, tmp_path / "c.parquet")
+    tokenizer.train({"kind": "bpe", "vocab_size": 270}, tmp_path / "c.parquet", tmp_path / "one.json")
+    tokenizer.train({"kind": "gpt2"}, tmp_path / "c.parquet", tmp_path / "two.json")
+    tokenizer.tokenize(tmp_path / "one.json", tmp_path / "c.parquet", tmp_path / "tokens")
+    spec = {"name": "long", "context": 8, "pose_target": None, "seed": 0, "device": "cpu", "threads": 1,
+            "model": {"n_layer": 1, "d_model": 16, "n_head": 2, "d_ff": 32, "dropout": 0.0, "max_position": 64},
+            "train": {"batch_size": 2, "lr": 1e-3, "min_lr_ratio": 0.1, "weight_decay": 0.0, "warmup_steps": 1,
+                      "max_steps": 2, "grad_clip": 1.0, "checkpoint_every": 5, "eval_every": 2, "eval_windows": 2}}
+    lm.train_lm(spec, tmp_path / "one.json", tmp_path / "tokens", tmp_path / "m", tmp_path / "ck.pt", log=print)
+    cfg = {"T_long": 8, "T_short": 4, "device": "cpu", "threads": 1, "models": ["long"],
+           "influence": {"screen": 10, "targets": 2, "delta": 0.0, "k": [1], "methods": ["greedy"],
+                         "coupling": "shared", "seed": 0, "batch_size": 8, "targets_per_batch": 2}}
+    out = tmp_path / "scores.parquet"
+    proc = run_lengthgen("score", "--config", json.dumps(cfg), "--long", tmp_path / "m" / "model.pt",
+                         "--tokenizer", tmp_path / "two.json", "--tokens", tmp_path / "tokens", "--out", out,
+                         cwd=tmp_path)
+    assert_one_line_error(proc, "tokens.json: token stream was made with tokenizer")
+    assert not out.exists() and not temp_files(tmp_path)

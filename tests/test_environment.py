@@ -24,8 +24,11 @@ def _conda_names(repo):
     assert env["channels"][0] == "conda-forge" and "defaults" not in env["channels"]
     names = set()
     for dep in env["dependencies"]:
+        if isinstance(dep, dict):  # the pip: section, for what conda-forge lacks
+            names.update(re.split(r"[<>=!~ ]", d)[0].lower() for d in dep["pip"])
+            continue
         name = re.split(r"[<>=!~ ]", dep)[0].lower()
-        if name != "python":
+        if name not in ("python", "pip"):
             names.add(CONDA_TO_PIP.get(name, name))
     return names
 

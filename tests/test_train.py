@@ -5,7 +5,7 @@ import types
 import pytest
 import torch
 
-from lengthgen import train
+from lengthgen import loop, train
 from lengthgen.errors import TrainingDiverged
 
 
@@ -30,13 +30,13 @@ def test_nan_loss_stops_with_cell_and_step_and_writes_nothing(tmp_path, tiny_cel
 @pytest.mark.parametrize("step", [0, 49, 50, 500, 2999])
 def test_learning_rate_warms_up_then_decays_to_the_floor(step):
     cfg = {"lr": 1e-3, "warmup_steps": 50, "max_steps": 3000, "min_lr_ratio": 0.1}
-    lr = train.lr_at(step, cfg)
+    lr = loop.lr_at(step, cfg)
     if step < 50:
         assert lr == pytest.approx(1e-3 * (step + 1) / 50)
     else:
         assert 1e-4 <= lr <= 1e-3
-        assert lr >= train.lr_at(step + 1, cfg)
-    assert train.lr_at(3000, cfg) == pytest.approx(1e-4)
+        assert lr >= loop.lr_at(step + 1, cfg)
+    assert loop.lr_at(3000, cfg) == pytest.approx(1e-4)
 
 
 def test_batches_cover_each_epoch_once():

@@ -64,12 +64,33 @@ def test_smoke_tables_are_long_sorted_and_complete(smoke_run):
     assert "smoke_k1" in (smoke_run / "results/tables/summary.md").read_text()
     claims = pd.read_csv(smoke_run / "results/tables/claims.csv", keep_default_na=False)
     assert set(claims["claim"]) == {"1 sparsity", "2 coupling", "3 language"}
+    assert "not in this grid" not in " ".join(claims["check"])
     sparsity = claims[claims["claim"] == "1 sparsity"].set_index("check")["result"]
     alibi = sparsity.filter(like="alibi at n=80 (8x)")
     assert len(alibi) == 2 and set(alibi) <= {"PASS", "FAIL"}
     assert list(sparsity.filter(like="nope")) == ["N/A"]  # nope is trained on k = 1 only
     coupling = claims[claims["claim"] == "2 coupling"].set_index("check")["result"]
     assert set(coupling) <= {"PASS", "FAIL"} and any("smoke_scratchpad at n=20 (2x): ppc" in c for c in coupling.index)
+
+
+def test_smoke_language_tables_figures_and_claim_3(smoke_run):
+    cfg = yaml.safe_load((smoke_run / "config/smoke.yaml").read_text())["language"]
+    table = pd.read_csv(smoke_run / "results/tables/influence.csv")
+    ks = cfg["influence"]["k"]
+    long = table[table["model"] == "long"]
+    assert len(long) == 2 + 3 * len(ks) and set(table["model"]) == {"long", "short", "pose"}
+    assert (table["targets"] == cfg["influence"]["targets"]).all()
+    greedy = long[long["method"] == "greedy"].sort_values("k")["loss_mean"]
+    assert greedy.is_monotonic_decreasing  # each greedy step adds the token that lowers the loss most
+    scores = pd.read_parquet(smoke_run / "results/language/influence.parquet")
+    assert scores["scored"].sum() == cfg["influence"]["targets"] and len(scores) == cfg["influence"]["screen"]
+    curves = pd.read_csv(smoke_run / "results/tables/language_train.csv")
+    assert sorted(curves["model"].unique()) == ["long", "pose", "short"] and curves["validation_loss"].notna().all()
+    for name in ("influence_gap", "influence_recovered", "influence_short_model"):
+        assert (smoke_run / f"results/figures/{name}.png").stat().st_size > 10_000
+    claims = pd.read_csv(smoke_run / "results/tables/claims.csv", keep_default_na=False)
+    language = claims[claims["claim"] == "3 language"]
+    assert len(language) == 3 and set(language["result"]) <= {"PASS", "FAIL"}
 
 
 def test_second_run_has_nothing_to_do(smoke_run):
@@ -100,7 +121,10 @@ def _edited(smoke_run, relpath):
     ("relpath", "expected"),
     [
         ("src/lengthgen/model.py", {"train", "length_sweep", "aggregate", "claims", "figure_sparse_parity",
-                                    "figure_coupling", "provenance", "all"}),
+                                    "figure_coupling", "provenance", "train_lm", "score_influence",
+                                    "influence_report", "all"}),
+        ("src/lengthgen/language/influence.py", {"score_influence", "influence_report", "claims", "all"}),
+        ("src/lengthgen/language/report.py", {"influence_report", "claims", "all"}),
         ("src/lengthgen/figures.py", {"figure_sparse_parity", "figure_coupling", "all"}),
         ("src/lengthgen/decode.py", {"length_sweep", "aggregate", "claims", "figure_sparse_parity",
                                      "figure_coupling", "all"}),

@@ -70,7 +70,11 @@ def cmd_claims(a) -> None:
     coupled = a.coupling
     rows = claims.sparsity_checks(sweep, a.sparse_tasks, a.train_max, a.config["sparsity"]) if a.sparse_tasks else []
     rows += claims.coupling_checks(sweep, coupled, a.config["coupling"]) if coupled else []
-    ran = {"1 sparsity": a.sparse_tasks, "2 coupling": coupled, "3 language": False}
+    if a.influence:
+        import pandas as pd
+
+        rows += claims.language_checks(pd.read_csv(a.influence), a.config["language"], a.delta)
+    ran = {"1 sparsity": a.sparse_tasks, "2 coupling": coupled, "3 language": a.influence}
     missing = [claim for claim, tasks in ran.items() if not tasks]
     rows = sorted(rows + claims.unmeasured_rows(missing), key=lambda r: r["claim"])
     claims.write_scorecard(rows, a.csv, a.md)
@@ -85,6 +89,52 @@ def cmd_figure(a) -> None:
         figures.coupling(a.sweep_csv, dict(zip(a.tasks, a.train_max, strict=True)), a.out)
     else:
         figures.sparse_parity(a.sweep_csv, a.tasks, max(a.train_max), a.out)
+
+
+def cmd_fetch_corpus(a) -> None:
+    from lengthgen.language import corpus
+
+    corpus.fetch_offline(a.out_dir)
+
+
+def cmd_corpus(a) -> None:
+    from lengthgen.language import corpus
+
+    summary = corpus.build(a.config, a.out, archive=a.archive)
+    _log(f"corpus: {summary}")
+
+
+def cmd_tokenizer(a) -> None:
+    from lengthgen.language import tokenizer
+
+    tokenizer.train(a.config, a.corpus, a.out)
+
+
+def cmd_tokenize(a) -> None:
+    from lengthgen.language import tokenizer
+
+    summary = tokenizer.tokenize(a.tokenizer, a.corpus, a.out_dir, log=_log)
+    _log(f"tokens: {summary}")
+
+
+def cmd_train_lm(a) -> None:
+    from lengthgen.language import lm
+
+    _require(a.spec, ("name", "context", "model", "train", "seed", "device", "threads"), "--spec")
+    lm.train_lm(a.spec, a.tokenizer, a.tokens, a.out_dir, a.checkpoint, code_digest=a.code_digest, log=_log)
+
+
+def cmd_score(a) -> None:
+    from lengthgen.language import influence
+
+    influence.run(a.config, a.long, dict(m.split("=", 1) for m in a.short), a.tokenizer, a.tokens, a.out, log=_log)
+
+
+def cmd_influence_report(a) -> None:
+    from lengthgen.language import report
+
+    report.run(a.scores, dict(m.split("=", 1) for m in a.train_logs), a.config, a.csv, a.train_csv,
+               dict(zip(("gap", "recovered", "short_model"), a.figures, strict=True)))
 
 
 def cmd_diff(a) -> int:
@@ -131,6 +181,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--config", type=_json, required=True)
     s.add_argument("--coupling", type=_json, default={},
                    help="E2/E3 tasks as JSON: {name: {kind, n_max, scheme_options}}")
+    s.add_argument("--influence", help="results/tables/influence.csv (E4), if run")
+    s.add_argument("--delta", type=float, default=0.0, help="language.influence.delta of that table")
     s.add_argument("--csv", required=True)
     s.add_argument("--md", required=True)
     s.set_defaults(func=cmd_claims)
@@ -142,6 +194,55 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--train-max", type=int, nargs="+", required=True, help="longest training length (per task)")
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_figure)
+
+    s = sub.add_parser("fetch-corpus", help="fetch the offline default corpus archive (E4)")
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_fetch_corpus)
+
+    s = sub.add_parser("corpus", help="read a corpus into one Parquet of documents (E4)")
+    s.add_argument("--config", type=_json, required=True, help="language.corpus (JSON)")
+    s.add_argument("--archive", help="the offline corpus archive")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_corpus)
+
+    s = sub.add_parser("tokenizer", help="train (bpe) or write (gpt2) the tokenizer (E4)")
+    s.add_argument("--config", type=_json, required=True, help="language.tokenizer (JSON)")
+    s.add_argument("--corpus", required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_tokenizer)
+
+    s = sub.add_parser("tokenize", help="token streams of the corpus splits (E4)")
+    s.add_argument("--tokenizer", required=True)
+    s.add_argument("--corpus", required=True)
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_tokenize)
+
+    s = sub.add_parser("train-lm", help="train one language model (E4)")
+    s.add_argument("--spec", type=_json, required=True, help="the model's config slice (JSON)")
+    s.add_argument("--tokenizer", required=True)
+    s.add_argument("--tokens", required=True, help="directory of token streams")
+    s.add_argument("--out-dir", required=True)
+    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--code-digest", default="")
+    s.set_defaults(func=cmd_train_lm)
+
+    s = sub.add_parser("score", help="influential-token scoring on validation tokens (E4)")
+    s.add_argument("--config", type=_json, required=True, help="the influence slice (JSON)")
+    s.add_argument("--long", required=True, help="the long model's model.pt")
+    s.add_argument("--short", nargs="*", default=[], help="NAME=model.pt of short-context models")
+    s.add_argument("--tokenizer", required=True)
+    s.add_argument("--tokens", required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_score)
+
+    s = sub.add_parser("influence-report", help="E4 tables and figures from the scores")
+    s.add_argument("--scores", required=True)
+    s.add_argument("--train-logs", nargs="+", required=True, help="NAME=train_log.parquet")
+    s.add_argument("--config", type=_json, required=True, help="language and claims.language (JSON)")
+    s.add_argument("--csv", required=True)
+    s.add_argument("--train-csv", required=True)
+    s.add_argument("--figures", nargs=3, required=True, help="gap, recovered and short-model PNGs")
+    s.set_defaults(func=cmd_influence_report)
 
     s = sub.add_parser("diff", help="cells of results/tables that moved since a commit (exit 1 if any)")
     s.add_argument("--rev", required=True, help="git revision to compare with, e.g. HEAD~1")

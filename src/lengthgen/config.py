@@ -86,7 +86,28 @@ def validate(config: dict, schema: dict) -> dict:
                 f"{where}.model.max_position: {task['model']['max_position']} is below the longest "
                 f"test sequence ({longest} tokens)"
             )
+    if config["language"] is not None:
+        _check_language(config)
     return config
+
+
+def _check_language(config: dict) -> None:
+    """Cross-key checks of E4 that the schema cannot express."""
+    lang = config["language"]
+    if lang["T_short"] >= lang["T_long"]:
+        raise UserError(f"config.language.T_short: {lang['T_short']} must be below T_long ({lang['T_long']})")
+    distant = lang["T_long"] - lang["T_short"]
+    if max(lang["influence"]["k"]) > distant:
+        raise UserError(f"config.language.influence.k: {max(lang['influence']['k'])} exceeds the distant window "
+                        f"T_long - T_short = {distant} tokens")
+    if "long" not in lang["models"]:
+        raise UserError("config.language.models: must include long (every score needs it)")
+    if config["claims"]["language"]["greedy_k"] not in lang["influence"]["k"]:
+        raise UserError(f"config.claims.language.greedy_k: {config['claims']['language']['greedy_k']} is not "
+                        f"in language.influence.k {lang['influence']['k']}")
+    if lang["model"]["max_position"] < lang["T_long"]:
+        raise UserError(f"config.language.model.max_position: {lang['model']['max_position']} is below T_long")
+    _check_model_shape(lang["model"], "config.language.model")
 
 
 def _task_schemes(config: dict, task: dict, module, where: str, schema: dict) -> dict:
@@ -178,6 +199,30 @@ def cell_slice(config: dict, task_name: str, scheme: str, seed: int) -> dict:
         "gpu": uses_gpu(config),  # what `auto` will resolve to: numerics differ on CUDA (bf16)
         "threads": config["threads"],
     }
+
+
+def lm_slice(config: dict, name: str) -> dict:
+    """What one language model depends on: its context, the shared model and training keys."""
+    lang = config["language"]
+    context = lang["T_long"] if name == "long" else lang["T_short"]
+    train = {**lang["train"], "batch_size": max(1, lang["train"]["batch_tokens"] // context)}
+    return {
+        "name": name,
+        "context": context,
+        "pose_target": lang["T_long"] if name == "pose" else None,
+        "model": lang["model"],
+        "train": train,
+        "seed": lang["seed"],
+        "device": config["device"],
+        "gpu": uses_gpu(config),
+        "threads": config["threads"],
+    }
+
+
+def influence_slice(config: dict) -> dict:
+    lang = config["language"]
+    return {k: lang[k] for k in ("T_long", "T_short", "influence", "models")} | {
+        "device": config["device"], "threads": config["threads"]}
 
 
 def eval_slice(config: dict) -> dict:

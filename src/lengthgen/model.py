@@ -75,15 +75,21 @@ class CausalSelfAttention(nn.Module):
         if cfg.encoding == "alibi":
             self.register_buffer("slopes", alibi_slopes(cfg.n_head), persistent=False)
 
+    def heads(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Queries, keys and values (B, nh, T, hs) of x, rotated when the encoding is rope."""
+        b, t, c = x.shape
+        nh = self.cfg.n_head
+        q, k, v = self.qkv(x).view(b, t, 3, nh, c // nh).permute(2, 0, 3, 1, 4)
+        if self.cfg.encoding == "rope":
+            q = rotary(q, position_ids, self.cfg.rope_base)
+            k = rotary(k, position_ids, self.cfg.rope_base)
+        return q, k, v
+
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
         """Causal attention over x; with `cache`, over the cached keys too (then x must be one
         token, which sees every cached key, or the cache must be empty)."""
         b, t, c = x.shape
-        nh = self.cfg.n_head
-        q, k, v = self.qkv(x).view(b, t, 3, nh, c // nh).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
-        if self.cfg.encoding == "rope":
-            q = rotary(q, position_ids, self.cfg.rope_base)
-            k = rotary(k, position_ids, self.cfg.rope_base)
+        q, k, v = self.heads(x, position_ids)
         key_ids = position_ids
         past = cache is not None and "k" in cache
         if past:

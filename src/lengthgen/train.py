@@ -23,6 +23,7 @@ from lengthgen import datasets, positions, tasks
 from lengthgen import device as devices
 from lengthgen.errors import TrainingDiverged, UserError
 from lengthgen.fileio import atomic_path, canonical_json, write_text
+from lengthgen.loop import load_checkpoint, lr_at, save_checkpoint
 from lengthgen.model import ModelConfig, Transformer, param_count
 
 
@@ -35,15 +36,6 @@ def build_model(cell: dict, vocab_size: int) -> Transformer:
     if "rope_base" in opts:
         cfg.rope_base = opts["rope_base"]
     return Transformer(cfg)
-
-
-def lr_at(step: int, cfg: dict) -> float:
-    """Linear warm-up, then cosine decay to min_lr_ratio * lr at max_steps."""
-    if step < cfg["warmup_steps"]:
-        return cfg["lr"] * (step + 1) / cfg["warmup_steps"]
-    progress = (step - cfg["warmup_steps"]) / max(1, cfg["max_steps"] - cfg["warmup_steps"])
-    floor = cfg["min_lr_ratio"]
-    return cfg["lr"] * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
 def batch_indices(step: int, n: int, batch: int, seed: int) -> torch.Tensor:
@@ -149,25 +141,6 @@ def _fingerprint(cell: dict, data_path, code_digest: str) -> str:
     return hashlib.sha256(canonical_json([cell, data_sha, code_digest]).encode()).hexdigest()[:16]
 
 
-def _load_checkpoint(path: Path, fingerprint: str, log) -> dict | None:
-    if not path.exists():
-        return None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # a torn file from a killed job: start over
-        log(f"checkpoint {path} unreadable ({type(err).__name__}); starting from step 0")
-        return None
-    if state.get("fingerprint") != fingerprint:
-        log(f"checkpoint {path} belongs to another config; starting from step 0")
-        return None
-    return state
-
-
-def _save_checkpoint(path: Path, **state) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
-
-
 def load_training_data(path, cell: dict) -> tuple[dict, dict]:
     table, meta = datasets.read(path)
     if meta["task"] != cell["task"] or meta["split"] != "train":
@@ -202,7 +175,7 @@ def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = ""
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"], betas=(0.9, 0.98))
     fingerprint = _fingerprint(cell, data_path, code_digest)
     checkpoint_path = Path(checkpoint_path)
-    state = _load_checkpoint(checkpoint_path, fingerprint, log)
+    state = load_checkpoint(checkpoint_path, fingerprint, log)
     step, streak, rows = 0, 0, []
     if state:
         model.load_state_dict(state["model"])
@@ -228,7 +201,7 @@ def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = ""
             last_print = elapsed
             log(f"{cell_id}: step {step}/{cfg['max_steps']} loss {loss_value:.4f} acc {acc_value:.3f}")
         if step % cfg["checkpoint_every"] == 0:
-            _save_checkpoint(
+            save_checkpoint(
                 checkpoint_path, fingerprint=fingerprint, model=model.state_dict(), optimizer=opt.state_dict(),
                 rng=torch.get_rng_state(), step=step, streak=streak, rows=rows,
             )

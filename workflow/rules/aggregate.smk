@@ -28,7 +28,8 @@ rule aggregate:
 
 rule claims:
     input:
-        "results/tables/length_sweep.csv",
+        sweep="results/tables/length_sweep.csv",
+        influence=language_tables()[:1],
     output:
         csv="results/tables/claims.csv",
         md=report("results/tables/claims.md", caption="../report/claims.rst", category="Tables"),
@@ -39,12 +40,15 @@ rule claims:
         train_max=train_max("sparse_parity"),
         config=as_json(CONFIG["claims"]),
         coupling=as_json(coupling_info()),
+        influence=lambda w, input: f"--influence {input.influence[0]}" if input.influence else "",
+        delta=CONFIG["language"]["influence"]["delta"] if CONFIG["language"] else 0,
         code=CODE["claims"],
     conda:
         ENV
     shell:
-        "python -m lengthgen claims --sweep-csv {input:q} --sparse-tasks {params.sparse:q}"
+        "python -m lengthgen claims --sweep-csv {input.sweep:q} --sparse-tasks {params.sparse:q}"
         " --train-max {params.train_max} --config {params.config:q} --coupling {params.coupling:q}"
+        " {params.influence} --delta {params.delta}"
         " --csv {output.csv:q} --md {output.md:q} 2> {log:q} && cat {log:q}"
 
 
@@ -95,6 +99,7 @@ rule figure_coupling:
 rule provenance:
     input:
         cell_paths("results/runs/{task}/{scheme}/seed{seed}/meta.json"),
+        language_models("meta.json"),
     output:
         "results/provenance.json",
     log:

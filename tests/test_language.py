@@ -1,0 +1,206 @@
+"""E4 scoring and language-model training on tiny models: greedy against brute force, the
+quantities' definitions (all distant tokens give L_long, none give L_short), IDs of the short
+model's inputs, attention selection, PoSE IDs, resume, the summary and the claim-3 checks."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from lengthgen import claims
+from lengthgen.language import influence, lm, report
+from lengthgen.model import ModelConfig, Transformer
+
+T_LONG, T_SHORT = 12, 4  # a distant window of 8 tokens
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    m = Transformer(ModelConfig(vocab_size=23, n_layer=2, d_model=32, n_head=2, d_ff=64, encoding="rope"))
+    for p in m.parameters():  # a random model with large weights: losses differ a lot by context
+        p.data.mul_(20)
+    return m.eval()
+
+
+@pytest.fixture(scope="module")
+def contexts():
+    stream = np.random.default_rng(1).integers(1, 23, 200).astype(np.uint16)
+    return influence.Contexts(stream, np.array([40, 77, 150]), T_LONG, T_SHORT)
+
+
+def test_greedy_matches_brute_force_search_of_each_step(model, contexts):
+    """At every step, greedy's pick is the best of all extensions of its previous picks, found by
+    scoring each candidate separately (no batching), and its loss is that candidate's loss."""
+    chosen, losses = influence.greedy(model, contexts, 3, batch=5)
+    for row in range(len(contexts.y)):
+        c = influence.Contexts.__new__(influence.Contexts)
+        c.ctx, c.y, c.t_long, c.d = contexts.ctx[row : row + 1], contexts.y[row : row + 1], T_LONG, T_LONG - T_SHORT
+        for j in range(3):
+            before = chosen[row, :j].tolist()
+            scores = {cand: influence.loss_with(model, c, torch.tensor([before + [cand]]), 1).item()
+                      for cand in range(c.d) if cand not in before}
+            best = min(scores, key=scores.get)
+            assert chosen[row, j].item() == best
+            assert losses[row, j].item() == pytest.approx(scores[best], rel=1e-5)
+
+
+def test_greedy_k1_is_the_best_single_token_of_all_subsets(model, contexts):
+    """k = 1 greedy is exact: no other single distant token gives a lower loss; and the best
+    pair found by exhaustive search is never worse than greedy's pair (greedy is a heuristic)."""
+    chosen, losses = influence.greedy(model, contexts, 2, batch=64)
+    d = T_LONG - T_SHORT
+    for row in range(len(contexts.y)):
+        c = influence.Contexts.__new__(influence.Contexts)
+        c.ctx, c.y, c.t_long, c.d = contexts.ctx[row : row + 1], contexts.y[row : row + 1], T_LONG, d
+        pairs = torch.tensor(list(itertools.combinations(range(d), 2)))
+        c_many = influence.Contexts.__new__(influence.Contexts)
+        c_many.ctx, c_many.y = c.ctx.expand(len(pairs), -1), c.y.expand(len(pairs))
+        c_many.t_long, c_many.d = T_LONG, d
+        best_pair = influence.loss_with(model, c_many, pairs, 64).min().item()
+        singles = torch.arange(d)[:, None]
+        c_single = influence.Contexts.__new__(influence.Contexts)
+        c_single.ctx, c_single.y, c_single.t_long, c_single.d = c.ctx.expand(d, -1), c.y.expand(d), T_LONG, d
+        assert losses[row, 0].item() == pytest.approx(influence.loss_with(model, c_single, singles, 64).min().item(),
+                                                      rel=1e-5)
+        assert best_pair <= losses[row, 1].item() * (1 + 1e-5)
+
+
+def test_all_distant_tokens_give_l_long_and_none_give_l_short(model, contexts):
+    n = len(contexts.y)
+    ids = torch.arange(T_LONG).expand(n, -1)
+    l_long = influence.last_nll(model, contexts.ctx, ids, contexts.y, 64)
+    l_short = influence.last_nll(model, contexts.ctx[:, -T_SHORT:], ids[:, -T_SHORT:], contexts.y, 64)
+    every = torch.arange(T_LONG - T_SHORT).expand(n, -1)
+    assert torch.allclose(influence.loss_with(model, contexts, every, 64), l_long, rtol=1e-4)
+    assert torch.allclose(influence.loss_with(model, contexts, every[:, :0], 64), l_short, rtol=1e-4)
+    assert (l_long - l_short).abs().max() > 0.1  # the check above can tell the two apart
+
+
+def test_ids_of_chosen_tokens_true_adjacent_and_shared(contexts):
+    rows, chosen = torch.tensor([0]), torch.tensor([[1, 5]])
+    d = T_LONG - T_SHORT
+    tokens, true_ids = contexts.with_tokens(rows, chosen, "true")
+    assert tokens[0].tolist() == [*contexts.ctx[0, [1, 5]].tolist(), *contexts.ctx[0, d:].tolist()]
+    assert true_ids[0].tolist() == [1, 5, *range(d, T_LONG)]
+    assert contexts.with_tokens(rows, chosen, "adjacent")[1][0].tolist() == [d - 2, d - 1, *range(d, T_LONG)]
+    assert contexts.with_tokens(rows, chosen, "shared")[1][0].tolist() == [d, d, *range(d, T_LONG)]
+
+
+def test_last_attention_is_the_mean_of_each_layers_softmax(model, contexts):
+    """Against a hand-written attention of the last query, layer by layer."""
+    ids = torch.arange(T_LONG).expand(len(contexts.y), -1)
+    got = influence.last_attention(model, contexts.ctx, ids)
+    x, want = model.tok_emb(contexts.ctx), 0
+    with torch.no_grad():
+        for block in model.blocks:
+            q, k, _ = block.attn.heads(block.ln1(x), ids)
+            full = (q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5).masked_fill(
+                ~torch.ones(T_LONG, T_LONG, dtype=torch.bool).tril(), float("-inf")).softmax(-1)
+            want = want + full[:, :, -1].mean(1)
+            x = block(x, ids)
+    assert torch.allclose(got, want / len(model.blocks), atol=1e-5)
+    assert torch.allclose(got.sum(-1), torch.ones(len(contexts.y)), atol=1e-5)
+
+
+def test_pose_ids_make_one_jump_and_stay_below_the_target():
+    gen = torch.Generator().manual_seed(0)
+    ids = lm.position_ids(500, 8, 32, gen)
+    steps = ids.diff(dim=1)
+    assert ids.max() < 32 and ids.max() > 24  # skips reach the long range
+    assert ((steps != 1).sum(dim=1) <= 1).all() and (steps >= 1).all()
+    assert torch.equal(lm.position_ids(3, 8, None, gen), torch.arange(8).expand(3, -1))
+
+
+def test_eligible_positions_have_history_in_their_own_document():
+    got = influence.eligible(np.array([0, 10, 14]), 40, 5)
+    assert got.tolist() == [*range(5, 10), *range(19, 40)]
+
+
+SPEC = {
+    "name": "long", "context": 8, "pose_target": None, "seed": 3, "device": "cpu", "threads": 1, "gpu": False,
+    "model": {"n_layer": 1, "d_model": 16, "n_head": 2, "d_ff": 32, "dropout": 0.0, "max_position": 64},
+    "train": {"batch_size": 4, "batch_tokens": 32, "lr": 3e-3, "min_lr_ratio": 0.1, "weight_decay": 0.01,
+              "warmup_steps": 2, "max_steps": 8, "grad_clip": 1.0, "checkpoint_every": 3, "eval_every": 4,
+              "eval_windows": 4},
+}
+
+
+def test_language_model_resumes_where_an_uninterrupted_run_ends(tmp_path, token_dir, monkeypatch):
+    tok_path, tokens = token_dir
+    lm.train_lm(SPEC, tok_path, tokens, tmp_path / "whole", tmp_path / "ck1.pt", log=lambda m: None)
+    real_step, calls = lm._step, []
+
+    def dying_step(*args):
+        calls.append(1)
+        if len(calls) == 5:  # after the checkpoint at step 3
+            raise KeyboardInterrupt
+        return real_step(*args)
+
+    monkeypatch.setattr(lm, "_step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        lm.train_lm(SPEC, tok_path, tokens, tmp_path / "resumed", tmp_path / "ck2.pt", log=lambda m: None)
+    monkeypatch.setattr(lm, "_step", real_step)
+    lines = []
+    lm.train_lm(SPEC, tok_path, tokens, tmp_path / "resumed", tmp_path / "ck2.pt", log=lines.append)
+    assert any("resumed from step 3" in line for line in lines)
+    whole, resumed = (torch.load(tmp_path / d / "model.pt", weights_only=False) for d in ("whole", "resumed"))
+    for key, value in whole["state_dict"].items():
+        assert torch.equal(value, resumed["state_dict"][key]), key
+    logs = [pd.read_parquet(tmp_path / d / "train_log.parquet") for d in ("whole", "resumed")]
+    pd.testing.assert_frame_equal(*logs)
+    assert logs[0]["validation_loss"].notna().sum() == 2  # steps 4 and 8
+    assert not (tmp_path / "ck2.pt").exists()
+
+
+@pytest.fixture(scope="module")
+def token_dir(tmp_path_factory):
+    """A tiny corpus, tokenizer and token streams, through the real stages."""
+    from lengthgen.language import corpus, tokenizer
+
+    root = tmp_path_factory.mktemp("lang")
+    rng = np.random.default_rng(0)
+    words = ["thou", "art", "the", "king", "queen", "of", "night", "and", "day", "my", "lord"]
+    for i in range(30):
+        (root / f"doc{i:02d}.txt").write_text(" ".join(rng.choice(words, 300)) + "\n")
+    cfg = {"source": "files", "path": str(root / "*.txt"), "validation_fraction": 0.3}
+    corpus.build(cfg, root / "corpus.parquet")
+    tokenizer.train({"kind": "bpe", "vocab_size": 300, "min_frequency": 2}, root / "corpus.parquet", root / "tok.json")
+    tokenizer.tokenize(root / "tok.json", root / "corpus.parquet", root / "tokens")
+    return root / "tok.json", root / "tokens"
+
+
+def _scores() -> pd.DataFrame:
+    """Four scored tokens and one unscored, with hand-picked losses."""
+    df = pd.DataFrame({"L_long": [1.0, 1.0, 2.0, 0.0, 3.0], "L_short": [3.0, 2.0, 3.0, 1.0, 3.0]})
+    df["gap"] = df["L_short"] - df["L_long"]
+    df["scored"] = [True, True, True, True, False]
+    df["L_greedy_1"] = [2.0, 1.5, 2.5, 0.5, np.nan]  # recovers 0.5 of each gap
+    df["L_attention_1"] = [2.5, 1.5, 3.0, 1.0, np.nan]  # 0.25, 0.5, 0, 0
+    df["L_random_1"] = [3.0, 2.0, 3.0, 1.0, np.nan]  # 0
+    df["short_window"] = [4.0, 4.0, 4.0, 4.0, np.nan]
+    df["short_true_1"] = [3.0, 3.0, 3.0, 3.0, np.nan]
+    df["short_coupled_1"] = [5.0, 5.0, 5.0, 5.0, np.nan]
+    return df
+
+
+def test_summary_rows_hold_hand_computed_recovery():
+    s = report.summarize(_scores(), [1]).set_index(["model", "method", "positions", "k"])
+    assert s.loc[("long", "greedy", "true", 1), "recovered_median"] == pytest.approx(0.5)
+    assert s.loc[("long", "attention", "true", 1), "recovered_median"] == pytest.approx(0.125)
+    assert s.loc[("long", "full", "true", 0), "targets"] == 4  # the unscored token is left out
+    assert s.loc[("short", "greedy", "coupled", 1), "loss_mean"] == pytest.approx(5.0)
+
+
+def test_claim_3_checks_pass_and_fail_on_the_measured_side():
+    table = report.summarize(_scores(), [1])
+    cfg = {"greedy_k": 1, "recovered_min": 0.5, "short_coupled": False}
+    rows = {r["check"].split(":")[0]: r for r in claims.language_checks(table, cfg, 0.5)}
+    assert [r["result"] for r in rows.values()] == ["PASS", "PASS", "PASS"]
+    rows = claims.language_checks(table, {**cfg, "recovered_min": 0.51, "short_coupled": True}, 0.5)
+    assert [r["result"] for r in rows] == ["FAIL", "PASS", "FAIL"]
+    assert rows[2]["value"] == pytest.approx(-1.0)

