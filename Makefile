@@ -51,4 +51,4 @@ dryrun: $(VENV)/.installed
 	$(SNAKEMAKE) -n
 
 clean:  ## remove generated data and runs (keeps the committed tables and figures)
-	rm -rf results/data results/runs results/checkpoints results/logs results/benchmarks .snakemake
+	rm -rf results/data results/runs results/language results/checkpoints results/logs results/benchmarks .snakemake

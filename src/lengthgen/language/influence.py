@@ -40,9 +40,25 @@ def last_nll(model, tokens: torch.Tensor, ids: torch.Tensor, targets: torch.Tens
     for start in range(0, len(tokens), batch):
         sl = slice(start, start + batch)
         with devices.autocast(dev):
-            logits = model.head(model.features(tokens[sl].to(dev), ids[sl].to(dev))[:, -1])
+            logits = model.head(last_hidden(model, tokens[sl].to(dev), ids[sl].to(dev)))
         out.append(F.cross_entropy(logits.float(), targets[sl].to(dev), reduction="none").cpu())
     return torch.cat(out)
+
+
+def last_hidden(model, tokens: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """model.features(tokens, ids)[:, -1], (B, C), with the top block's query, projection and MLP
+    run for the last position alone (the blocks below need every position). Rotary or no
+    positions only: the language models are rotary."""
+    if model.cfg.encoding not in ("rope", "none"):
+        raise ValueError(f"last_hidden: encoding {model.cfg.encoding!r} is not rope or none")
+    x = model.tok_emb(tokens)
+    *lower, top = model.blocks
+    for block in lower:
+        x = block(x, ids)
+    q, k, v = top.attn.heads(top.ln1(x), ids)
+    y = F.scaled_dot_product_attention(q[:, :, -1:], k, v)  # the last query sees every key
+    x = x[:, -1] + top.attn.proj(y[:, :, 0].flatten(1))
+    return model.ln_f(x + top.mlp(top.ln2(x)))
 
 
 def _device(model) -> torch.device:

@@ -9,7 +9,6 @@ resumed only by the same spec, tokens and code, so a killed job ends where a who
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import platform
 import time
@@ -90,7 +89,7 @@ def train_lm(spec: dict, tokenizer_path, tokens_dir, out_dir, checkpoint_path, c
     torch.manual_seed(spec["seed"])
     model = build(spec, tok.vocab_size).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"], betas=(0.9, 0.98))
-    tokens_meta = json.loads((Path(tokens_dir) / "tokens.json").read_text())
+    tokens_meta = tokenizers.info(tokens_dir)
     fingerprint = _fingerprint(spec, tokens_meta, code_digest)
     state = load_checkpoint(Path(checkpoint_path), fingerprint, log)
     step, rows = 0, []
