@@ -52,9 +52,10 @@ def _comment(task, scheme, seed) -> str:
 def _test_config(workdir: Path) -> Path:
     """config/smoke.yaml with the victim's task trained long enough (and without early stop) to
     be cancelled between its first checkpoint and its end. Both runs use this file. Its E1
-    tasks only: this test is about SLURM, and E2/E3 decoding runs in test_workflow."""
+    tasks only: this test is about SLURM, and E2/E3 decoding and E4 run in test_workflow."""
     cfg = yaml.safe_load((workdir / "config/smoke.yaml").read_text())
     cfg["tasks"] = [task for task in cfg["tasks"] if task["kind"] == "sparse_parity"]
+    cfg["language"] = None
     for task in cfg["tasks"]:
         if task["name"] == VICTIM_TASK:
             task["train"] = {"max_steps": 400, "checkpoint_every": 50, "early_stop": {"patience": 0}}

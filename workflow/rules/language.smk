@@ -132,6 +132,7 @@ rule score_influence:
     threads: CONFIG["threads"]
     resources:
         gpu=GPU,
+    priority: 1  # the longest single job of the default: do not leave it for last
     conda:
         ENV
     shell:
