@@ -83,6 +83,8 @@ CONFIG_CASES = [
      "config.language.influence.k: 8 exceeds the distant window"),
     ("greedy_k_not_scored", {"tasks": [_task()], "language": {"influence": {"k": [1, 2]}}},
      "config.claims.language.greedy_k: 4"),
+    ("scoring_without_greedy", {"tasks": [_task()], "language": {"influence": {"methods": ["random"]}}},
+     "config.language.influence.methods: must include greedy"),
     ("unknown_corpus_source", {"tasks": [_task()], "language": {"corpus": {"source": "c4"}}},
      "config.language.corpus.source"),
 ]

@@ -102,6 +102,9 @@ def _check_language(config: dict) -> None:
                         f"T_long - T_short = {distant} tokens")
     if "long" not in lang["models"]:
         raise UserError("config.language.models: must include long (every score needs it)")
+    if "greedy" not in lang["influence"]["methods"]:
+        raise UserError("config.language.influence.methods: must include greedy (the claim-3 checks and the "
+                        "short models read its tokens)")
     if config["claims"]["language"]["greedy_k"] not in lang["influence"]["k"]:
         raise UserError(f"config.claims.language.greedy_k: {config['claims']['language']['greedy_k']} is not "
                         f"in language.influence.k {lang['influence']['k']}")
