@@ -27,6 +27,13 @@ def model():
     return m.eval()
 
 
+def _contexts(ctx: torch.Tensor, y: torch.Tensor) -> influence.Contexts:
+    """Contexts holding the given long contexts (N, T_LONG) and next tokens (N,)."""
+    c = influence.Contexts.__new__(influence.Contexts)
+    c.ctx, c.y, c.t_long, c.d = ctx, y, T_LONG, T_LONG - T_SHORT
+    return c
+
+
 @pytest.fixture(scope="module")
 def contexts():
     stream = np.random.default_rng(1).integers(1, 23, 200).astype(np.uint16)
@@ -38,8 +45,7 @@ def test_greedy_matches_brute_force_search_of_each_step(model, contexts):
     scoring each candidate separately (no batching), and its loss is that candidate's loss."""
     chosen, losses = influence.greedy(model, contexts, 3, batch=5)
     for row in range(len(contexts.y)):
-        c = influence.Contexts.__new__(influence.Contexts)
-        c.ctx, c.y, c.t_long, c.d = contexts.ctx[row : row + 1], contexts.y[row : row + 1], T_LONG, T_LONG - T_SHORT
+        c = _contexts(contexts.ctx[row : row + 1], contexts.y[row : row + 1])
         for j in range(3):
             before = chosen[row, :j].tolist()
             scores = {cand: influence.loss_with(model, c, torch.tensor([before + [cand]]), 1).item()
@@ -55,16 +61,12 @@ def test_greedy_k1_is_the_best_single_token_of_all_subsets(model, contexts):
     chosen, losses = influence.greedy(model, contexts, 2, batch=64)
     d = T_LONG - T_SHORT
     for row in range(len(contexts.y)):
-        c = influence.Contexts.__new__(influence.Contexts)
-        c.ctx, c.y, c.t_long, c.d = contexts.ctx[row : row + 1], contexts.y[row : row + 1], T_LONG, d
+        ctx, y = contexts.ctx[row : row + 1], contexts.y[row : row + 1]
         pairs = torch.tensor(list(itertools.combinations(range(d), 2)))
-        c_many = influence.Contexts.__new__(influence.Contexts)
-        c_many.ctx, c_many.y = c.ctx.expand(len(pairs), -1), c.y.expand(len(pairs))
-        c_many.t_long, c_many.d = T_LONG, d
-        best_pair = influence.loss_with(model, c_many, pairs, 64).min().item()
+        best_pair = influence.loss_with(model, _contexts(ctx.expand(len(pairs), -1), y.expand(len(pairs))), pairs,
+                                        64).min().item()
         singles = torch.arange(d)[:, None]
-        c_single = influence.Contexts.__new__(influence.Contexts)
-        c_single.ctx, c_single.y, c_single.t_long, c_single.d = c.ctx.expand(d, -1), c.y.expand(d), T_LONG, d
+        c_single = _contexts(ctx.expand(d, -1), y.expand(d))
         assert losses[row, 0].item() == pytest.approx(influence.loss_with(model, c_single, singles, 64).min().item(),
                                                       rel=1e-5)
         assert best_pair <= losses[row, 1].item() * (1 + 1e-5)

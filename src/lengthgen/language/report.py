@@ -8,6 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from lengthgen.aggregate import write_csv  # noqa: E402
 from lengthgen.fileio import atomic_path  # noqa: E402
 
 SUMMARY_KEYS = ["model", "method", "positions", "k"]
@@ -51,11 +52,6 @@ def training_curves(logs: dict) -> pd.DataFrame:
         parts.append(log.dropna(subset=["validation_loss"]).assign(model=name)[["model", "step", "loss",
                                                                               "validation_loss"]])
     return pd.concat(parts, ignore_index=True)
-
-
-def write_csv(df: pd.DataFrame, path) -> None:
-    with atomic_path(path) as tmp:
-        df.to_csv(tmp, index=False, float_format="%.4f")
 
 
 # -- figures ---------------------------------------------------------------------------------
