@@ -3,7 +3,8 @@
 rope -> LlamaForCausalLM (rotary), ape -> GPT2LMHeadModel (learned absolute positions); both
 built from random init (no download), fp32 on CPU, SDPA attention. One step = forward on a
 fixed (batch, seq) batch of random tokens, cross entropy on every position (the same code
-for both models), backward, gradient clipping at 1.0 (as train.py does) and an AdamW step.
+for both models), backward, gradient clipping at 1.0 (as train.py does) and an AdamW step with the pipeline's
+optimizer (`loop.adamw`, fused) for both models, so the ratio compares the models alone.
 
 FLOPs are counted analytically with one formula for both models (see README):
   per token = 6 * N + 6 * n_layer * seq * d_model
@@ -107,7 +108,9 @@ def make_step(model, forward, size: dict, seed: int = 0):
     tokens = torch.randint(0, v, (b, t), generator=gen)
     targets = torch.randint(0, v, (b, t), generator=gen)
     positions = torch.arange(t).expand(b, t)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
+    from lengthgen.loop import adamw
+
+    opt = adamw(model, {"lr": 1e-3, "weight_decay": 0.01})  # the pipeline's optimizer, for both models
     model.train()
 
     def step():
@@ -263,7 +266,7 @@ def _markdown(rows: list[dict], sources: dict) -> str:
     return "\n\n".join(filter(None, [
         "tok/s: median over alternating runs (ours, ref, probe, ours, ref, probe, ...) after warm-up; "
         "ours/ref: median of the per-pair ratios; spread: slowest / fastest run of either side. "
-        "One step = forward, cross entropy on all positions, backward, clip, AdamW. "
+        "One step = forward, cross entropy on all positions, backward, clip, fused AdamW (the same for both). "
         "GFLOP/s counts 6 N + 6 n_layer seq d per token (causal attention counted as half), the same formula "
         "for both models; utilization divides it by the fp32 matmul ceiling: the best run of matmul_ceiling "
         f"or of an n={PROBE_N} matmul probed between the training runs, whichever is higher: " + ceil + ".",

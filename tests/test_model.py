@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lengthgen.model import ENCODINGS, ModelConfig, Transformer, alibi_bias, alibi_slopes, rotary
+from lengthgen.model import ENCODINGS, ModelConfig, Transformer, alibi_bias, alibi_slopes, rotary, rotary_freqs
 
 VOCAB, B, T = 7, 3, 12
 
@@ -138,6 +138,26 @@ def test_rotary_hand_computed():
     torch.testing.assert_close(rotary(x, torch.tensor([[0]]), 10000.0), x)
     y = torch.randn(2, 3, 5, 8)
     assert torch.allclose(rotary(y, torch.arange(5).expand(2, 5) * 7, 100.0).norm(dim=-1), y.norm(dim=-1), atol=1e-5)
+
+
+def test_attention_heads_rotate_queries_and_keys_pairwise():
+    """heads() rotates q and k together from one fused projection: the same as slicing the
+    projection into heads and rotating each by hand (interleaved pairs, per head), with or
+    without phasors passed in; v is never rotated."""
+    torch.manual_seed(0)
+    attn = Transformer(ModelConfig(vocab_size=VOCAB, n_head=4, d_model=32, encoding="rope")).blocks[0].attn
+    x, ids = torch.randn(2, 5, 32), torch.tensor([[0, 1, 2, 3, 4], [7, 3, 9, 9, 1]])
+    q, k, v = attn.qkv(x).view(2, 5, 3, 4, 8).permute(2, 0, 3, 1, 4)
+    angles = ids[:, None, :, None] * 10000.0 ** (-torch.arange(0, 8, 2) / 8)  # (B, 1, T, hs/2)
+    c, s = angles.cos(), angles.sin()
+
+    def by_hand(t):
+        return torch.stack((t[..., 0::2] * c - t[..., 1::2] * s, t[..., 0::2] * s + t[..., 1::2] * c), -1).flatten(-2)
+
+    for got in (attn.heads(x, ids), attn.heads(x, ids, rotary_freqs(ids, 8, 10000.0))):
+        torch.testing.assert_close(got[0], by_hand(q))
+        torch.testing.assert_close(got[1], by_hand(k))
+        torch.testing.assert_close(got[2], v)
 
 
 def test_unknown_encoding_rejected():

@@ -11,6 +11,13 @@ import torch
 from lengthgen.fileio import atomic_path
 
 
+def adamw(model: torch.nn.Module, cfg: dict) -> torch.optim.AdamW:
+    """AdamW at cfg's lr and weight decay. Fused: one kernel per step instead of a dozen per
+    parameter tensor (about 10% of a small model's step on CPU)."""
+    return torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"], betas=(0.9, 0.98),
+                             fused=True)
+
+
 def lr_at(step: int, cfg: dict) -> float:
     """Linear warm-up, then cosine decay to min_lr_ratio * lr at max_steps."""
     if step < cfg["warmup_steps"]:

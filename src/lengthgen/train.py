@@ -8,6 +8,7 @@ are deleted before a rerun) and are only resumed when they belong to the same ce
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import platform
@@ -23,7 +24,7 @@ from lengthgen import datasets, positions, tasks
 from lengthgen import device as devices
 from lengthgen.errors import TrainingDiverged, UserError
 from lengthgen.fileio import atomic_path, canonical_json, write_text
-from lengthgen.loop import load_checkpoint, lr_at, save_checkpoint
+from lengthgen.loop import adamw, load_checkpoint, lr_at, save_checkpoint
 from lengthgen.model import ModelConfig, Transformer, param_count
 
 
@@ -42,8 +43,13 @@ def batch_indices(step: int, n: int, batch: int, seed: int) -> torch.Tensor:
     """Indices of the batch at `step`: epoch-wise permutations seeded by (seed, epoch)."""
     per_epoch = max(1, n // batch)
     epoch, j = divmod(step, per_epoch)
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    return torch.randperm(n, generator=gen)[j * batch : (j + 1) * batch]
+    return _epoch_order(n, seed, epoch)[j * batch : (j + 1) * batch]
+
+
+@functools.lru_cache(maxsize=1)
+def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """One epoch's permutation, drawn once per epoch rather than once per step."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
 
 
 def answer_mask(seq_len: torch.Tensor, answer_start: torch.Tensor, t: int) -> torch.Tensor:
@@ -175,7 +181,7 @@ def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = ""
     gaps = tasks.get(meta["kind"]).gap_after(opts["positions"] == "coupled")
     torch.manual_seed(cell["seed"])
     model = build_model(cell, len(meta["vocab"])).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"], betas=(0.9, 0.98))
+    opt = adamw(model, cfg)
     fingerprint = _fingerprint(cell, data_path, code_digest)
     checkpoint_path = Path(checkpoint_path)
     state = load_checkpoint(checkpoint_path, fingerprint, log)

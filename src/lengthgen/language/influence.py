@@ -51,11 +51,11 @@ def last_hidden(model, tokens: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     positions only: the language models are rotary."""
     if model.cfg.encoding not in ("rope", "none"):
         raise ValueError(f"last_hidden: encoding {model.cfg.encoding!r} is not rope or none")
-    x = model.tok_emb(tokens)
+    x, freqs = model.tok_emb(tokens), model.rotary_freqs(ids)
     *lower, top = model.blocks
     for block in lower:
-        x = block(x, ids)
-    q, k, v = top.attn.heads(top.ln1(x), ids)
+        x = block(x, ids, freqs=freqs)
+    q, k, v = top.attn.heads(top.ln1(x), ids, freqs)
     y = F.scaled_dot_product_attention(q[:, :, -1:], k, v)  # the last query sees every key
     x = x[:, -1] + top.attn.proj(y[:, :, 0].flatten(1))
     return model.ln_f(x + top.mlp(top.ln2(x)))
@@ -70,12 +70,12 @@ def last_attention(model, tokens: torch.Tensor, ids: torch.Tensor) -> torch.Tens
     """(B, T) attention of the predicting (last) position over the keys, mean over layers and heads."""
     dev = _device(model)
     tokens, ids = tokens.to(dev), ids.to(dev)
-    x, total = model.tok_emb(tokens), 0.0
+    x, total, freqs = model.tok_emb(tokens), 0.0, model.rotary_freqs(ids)
     for block in model.blocks:
-        q, k, _ = block.attn.heads(block.ln1(x), ids)
+        q, k, _ = block.attn.heads(block.ln1(x), ids, freqs)
         scores = q[:, :, -1:] @ k.transpose(-1, -2) / q.shape[-1] ** 0.5  # the last query sees every key
         total = total + scores.float().softmax(-1)[:, :, 0].mean(1)
-        x = block(x, ids)
+        x = block(x, ids, freqs=freqs)
     return (total / len(model.blocks)).cpu()
 
 

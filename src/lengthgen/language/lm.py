@@ -23,7 +23,7 @@ from lengthgen import device as devices
 from lengthgen.errors import TrainingDiverged
 from lengthgen.fileio import atomic_path, canonical_json, write_text
 from lengthgen.language import tokenizer as tokenizers
-from lengthgen.loop import load_checkpoint, lr_at, save_checkpoint
+from lengthgen.loop import adamw, load_checkpoint, lr_at, save_checkpoint
 from lengthgen.model import ModelConfig, Transformer, param_count
 
 
@@ -88,7 +88,7 @@ def train_lm(spec: dict, tokenizer_path, tokens_dir, out_dir, checkpoint_path, c
     val = validation_windows(tokenizers.load_stream(tokens_dir, "validation", tok.sha256)[0], spec)
     torch.manual_seed(spec["seed"])
     model = build(spec, tok.vocab_size).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"], betas=(0.9, 0.98))
+    opt = adamw(model, cfg)
     tokens_meta = tokenizers.info(tokens_dir)
     fingerprint = _fingerprint(spec, tokens_meta, code_digest)
     state = load_checkpoint(Path(checkpoint_path), fingerprint, log)
