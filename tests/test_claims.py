@@ -64,6 +64,18 @@ def test_mixture_models_are_judged_one_model_at_a_time():
         ("rope/K2", "PASS"), ("rope/K2", "PASS"), ("rope/K3", "FAIL"), ("rope/K3", "FAIL")]
 
 
+def test_fixed_and_mixture_models_in_one_grid_are_judged_apart():
+    """Fixed-k tasks (one k each) are compared with each other, a mixture task on its own: a
+    mixture model's flat curve must not average into the fixed models' falling one."""
+    fixed = sweep({(1, 80): 1.0, (2, 80): 0.8, (3, 80): 0.5})
+    flat = pd.DataFrame([{"task": "K3", "scheme": "rope", "seed": 0, "length": 80, "k": k, "examples": 10,
+                          "accuracy": 0.6} for k in (1, 2, 3)])
+    checks = sparsity_checks(pd.concat([fixed, flat]), ["t_k1", "t_k2", "t_k3", "K3"], train_max=10, cfg=CFG)
+    assert [(r["check"].split(" at ")[0], r["result"]) for r in checks] == [
+        ("rope", "PASS"), ("rope", "PASS"), ("rope/K3", "FAIL"), ("rope/K3", "FAIL")]
+    assert checks[1]["value"] == pytest.approx(0.5)
+
+
 # -- claim 2 -------------------------------------------------------------------------------
 
 COUPLING = {"length_ratio": 2, "coupled_min": 0.5, "index_max": 0.1, "fit_min": 0.95, "margin": 0.3}

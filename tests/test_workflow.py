@@ -163,3 +163,11 @@ def test_report_holds_every_figure_and_table_with_captions(smoke_run):
         assert name in html, name
     assert "The claims scorecard: each claim of the paper" in html  # a caption, verbatim
     assert len(html) > 100_000  # the figure is embedded, so the file stands alone
+
+
+def test_paper_grid_is_valid_and_plans_over_a_thousand_jobs(tmp_path):
+    """config/paper.yaml validates and plans the >= 1,000-job grid the workflow benchmark times."""
+    done = run_snakemake(tmp_path, "-n", "--forceall", "-c4", "--configfile", "config/paper.yaml")
+    assert done.returncode == 0, done.stderr[-2000:]
+    total = re.search(r"^total\s+(\d+)$", done.stdout + done.stderr, re.M)
+    assert total and int(total.group(1)) >= 1000, (done.stdout + done.stderr)[-2000:]

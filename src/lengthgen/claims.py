@@ -30,10 +30,11 @@ def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int
         longest = int(df["length"].max()) if len(df) else 0
         return [_row("1 sparsity", f"no test length >= {cfg['min_length_ratio']:g}x the training length {train_max}",
                      float("nan"), "-", None, f"longest test length {longest}")]
-    per_task = bool(len(df)) and (df.groupby("task")["k"].nunique() > 1).all()
+    mixture = df.groupby("task")["k"].transform("nunique") > 1
+    # Fixed-k models are compared across tasks (one per k), each mixture model on its own.
+    df = df.assign(model=df["scheme"].where(~mixture, df["scheme"] + "/" + df["task"]))
     rows = []
-    for key, g in df.groupby(["scheme", "task"] if per_task else ["scheme"], sort=True):
-        name = "/".join(key)
+    for name, g in df.groupby("model", sort=True):
         for n in long_enough:
             by_k = g[g["length"] == n].groupby("k")["mean"].mean().sort_index()
             rows.extend(_sparsity_rows(f"{name} at n={n} ({n / train_max:g}x)", by_k, cfg))
