@@ -1,5 +1,6 @@
-"""Stage rates at 1 torch thread: data generation (examples/s) and evaluation (examples/s and
-answer tokens/s per test length), median over rounds that alternate between the cases.
+"""Stage rates at 1 torch thread: data generation (examples/s), evaluation (examples/s and
+answer tokens/s per test length) and influential-token scoring (screened tokens/s, targets/s per
+method), median over rounds that alternate between the cases.
 
 Generation, per task kind of the embedded default config (its first task of that kind):
   train_64    the task's generate_train for 100,000 examples of length 64, in memory
@@ -15,6 +16,13 @@ in the checkpoint format lengthgen.evaluate.load_model reads, then evaluate._gro
 the autoregressive decoding length_sweep runs, on each test group of the default test set
 (eval batch size), timed per length; and one end-to-end evaluate.length_sweep call per kind
 (load, every group, Parquet write).
+Scoring, E4's influential tokens (language.influence), when the default config has a `language`
+section: models of the default language size at random init (the cost of a forward pass does not
+depend on the weights, so no training) and a random token stream (fixed seed), timed through the
+functions influence.score runs: screen (L_long and L_short, tokens/s) and, for one chunk of
+targets_per_batch targets, each method as _score_chunk runs it (targets/s): greedy up to the
+largest k, attention- and random-ranked, and each short model shown the greedy tokens with
+coupled and with true IDs (the latter with the window alone).
 """
 
 from __future__ import annotations
@@ -24,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import ROOT, Options, Section, md_table, median, set_threads, timed
+from common import ROOT, Options, Section, alternate, calibrate, md_table, median, set_threads, timed
 
 NAME = "stages"
-TITLE = "Stage rates: data generation and evaluation (1 thread)"
+TITLE = "Stage rates: data generation, evaluation and influential-token scoring (1 thread)"
 N_BIG = 100_000  # examples of the train_64 / stage_64 cases
 
 
@@ -187,6 +195,118 @@ def evaluation(cfg: dict, tmp: Path, test_paths: dict, quick: bool) -> tuple[lis
     return rows, e2e
 
 
+def language_setup(cfg: dict) -> tuple:
+    """Random-init models of every language model the config trains, a random token stream in
+    1,024-token documents (fixed seed) and the influence config, as score_influence gets them."""
+    from lengthgen import config as lgconfig
+    from lengthgen.language import lm, tokenizer
+
+    lang = cfg["language"]  # vocab_size is the bpe's; gpt2 brings its own
+    vocab = lang["tokenizer"]["vocab_size"] if lang["tokenizer"]["kind"] == "bpe" else tokenizer.GPT2_VOCAB_SIZE
+    models = {}
+    for name in lang["models"]:
+        torch.manual_seed(lang["seed"])
+        models[name] = lm.build(lgconfig.lm_slice(cfg, name), vocab).eval()  # eval, as lm.load returns it
+    rng = np.random.default_rng(0)
+    stream = rng.integers(0, vocab, 16 * 1024).astype(np.uint16)  # tokenize writes uint16 at these sizes
+    doc_starts = np.arange(0, len(stream), 1024)
+    return models, stream, doc_starts, lgconfig.influence_slice(cfg)
+
+
+def model_tokens(method: str, cfg: dict, k_max: int) -> int:
+    """Sequence tokens one target (screen: one screened token) sends through a model under
+    `method`, from the shapes influence.py builds: for comparing with the training rate."""
+    t_long, t_short, ks = cfg["T_long"], cfg["T_short"], cfg["influence"]["k"]
+    per_k = sum(t_short + k for k in ks)  # loss_with: the window plus k distant tokens, each k
+    if method == "screen":
+        return t_long + t_short
+    if method == "greedy":  # step j: every free candidate of the distant part, j + 1 tokens added
+        return sum((t_long - t_short - j) * (t_short + j + 1) for j in range(k_max))
+    if method == "attention":
+        return t_long + per_k
+    return per_k + (t_short if method.endswith("_true") else 0)  # _true also scores the window alone
+
+
+def scoring_cases(models: dict, stream, doc_starts, cfg: dict, quick: bool) -> tuple[dict, list, int, int]:
+    """Name -> call, each what influence.score / _score_chunk runs for it; warm-up calls of the
+    two slow ones at a small scale; the targets of one chunk and the screened tokens. Targets are
+    drawn among the eligible tokens, not by gap: random models have no gap, and the cost does
+    not depend on which tokens are chosen."""
+    from lengthgen.language import influence
+
+    icfg = cfg["influence"]
+    ks, batch, long = sorted(icfg["k"]), icfg["batch_size"], models["long"]
+    n_screen = 64 if quick else icfg["batch_size"]  # full: one forward batch of the real screen
+    n_targets = 1 if quick else icfg["targets_per_batch"]  # full: one chunk of the pipeline
+    pool = influence.eligible(doc_starts, len(stream), cfg["T_long"])
+    c = influence.Contexts(stream, np.sort(np.random.default_rng(1).choice(pool, n_targets, replace=False)),
+                           cfg["T_long"], cfg["T_short"])
+    gen = torch.Generator().manual_seed(icfg["seed"])
+    # the short models score greedy's latest choice; until greedy first runs, a random one
+    state = {"chosen": influence.ranked(long, c, "random", gen)[:, : max(ks)]}
+
+    def run_greedy():
+        state["chosen"] = influence.greedy(long, c, max(ks), batch)[0]
+
+    def run_ranked(method):
+        order = influence.ranked(long, c, method, gen)
+        for k in ks:
+            influence.loss_with(long, c, order[:, :k], batch)
+
+    def run_short(model, ids):
+        if ids == "true":  # the window alone, then the greedy tokens at their true positions
+            influence.loss_with(model, c, state["chosen"][:, :0], batch)
+        for k in ks:
+            influence.loss_with(model, c, state["chosen"][:, :k], batch, ids)
+
+    def run_screen(n):
+        influence.screen(long, stream, doc_starts, {**cfg, "influence": {**icfg, "screen": n}})
+
+    cases = {"screen": lambda: run_screen(n_screen), "greedy": run_greedy}
+    cases |= {m: lambda m=m: run_ranked(m) for m in icfg["methods"] if m != "greedy"}
+    for name, model in models.items():
+        if name != "long":
+            cases[f"{name}_coupled"] = lambda m=model: run_short(m, icfg["coupling"])
+            cases[f"{name}_true"] = lambda m=model: run_short(m, "true")
+    warm_up = [lambda: run_screen(8), lambda: influence.greedy(long, c, 1, batch)]  # k = 1: an eighth
+    return cases, warm_up, n_targets, n_screen
+
+
+def scoring_what(name: str, cfg: dict) -> str:
+    ks = sorted(cfg["influence"]["k"])
+    if name == "screen":
+        return "influence.screen: L_long and L_short of each token"
+    if name == "greedy":
+        return f"influence.greedy up to k = {max(ks)}"
+    if name in ("attention", "random"):
+        return f"influence.ranked ({name}), then loss_with at k {ks}"
+    model, ids = name.rsplit("_", 1)
+    if ids == "coupled":
+        return f"{model} model, loss_with: greedy tokens at k {ks}, {cfg['influence']['coupling']} IDs"
+    return f"{model} model, loss_with: window alone, greedy tokens at k {ks}, true IDs"
+
+
+def scoring(cfg: dict, quick: bool) -> list[dict]:
+    """Screen and each method of influence scoring, alternating over rounds: medians of rates."""
+    models, stream, doc_starts, icfg = language_setup(cfg)
+    cases, warm_up, n_targets, n_screen = scoring_cases(models, stream, doc_starts, icfg, quick)
+    for fn in warm_up:  # the fast cases are warmed up by calibrate
+        fn()
+    # the fast ones (milliseconds) repeat within a run, so that a run is long enough to time
+    repeats = {name: 1 if name in ("screen", "greedy") else calibrate(fn, 0.05 if quick else 0.3)[0]
+               for name, fn in cases.items()}
+    times = alternate({name: lambda fn=fn, r=repeats[name]: timed(fn, r) / r for name, fn in cases.items()},
+                      1 if quick else 3)
+    k_max, rows = max(icfg["influence"]["k"]), []
+    for name, t in times.items():
+        items, unit = (n_screen, "tokens") if name == "screen" else (n_targets, "targets")
+        s = median(t)
+        rows.append({"method": name, "what": scoring_what(name, icfg), "items": items, "unit": unit,
+                     "runs": len(t), "repeats": repeats[name], "seconds_median": s, "seconds_min": min(t),
+                     "per_s": items / s, "model_tokens_per_s": items * model_tokens(name, icfg, k_max) / s})
+    return rows
+
+
 def run(opts: Options) -> Section:
     set_threads(1)
     cfg = default_config()
@@ -194,8 +314,9 @@ def run(opts: Options) -> Section:
         tmp = Path(d)
         gen_rows, test_paths = generation(cfg, tmp, opts.quick)
         eval_rows, e2e = evaluation(cfg, tmp, test_paths, opts.quick)
+    score_rows = scoring(cfg, opts.quick) if cfg["language"] else []  # language: null runs no E4
     rows = ([{"stage": "generate", **r} for r in gen_rows] + [{"stage": "evaluate", **r} for r in eval_rows]
-            + [{"stage": "length_sweep", **r} for r in e2e])
+            + [{"stage": "length_sweep", **r} for r in e2e] + [{"stage": "score", **r} for r in score_rows])
     target = [r for r in gen_rows if r["case"] == "train_64" and r["kind"] == "sparse_parity"]
     verdict = ""
     if target:
@@ -228,5 +349,32 @@ def run(opts: Options) -> Section:
         "End to end `evaluate.length_sweep` (load checkpoint and test set, every group, write Parquet): " + "; ".join(
             f"{r['kind']}/{r['scheme']}: {r['examples']:,} examples in {r['seconds']:.2f} s = "
             f"{r['examples_per_s']:,.0f} examples/s" for r in e2e) + ".",
+        scoring_markdown(score_rows, cfg, opts.quick),
     ]))
     return Section(NAME, TITLE, rows, md)
+
+
+def scoring_markdown(rows: list[dict], cfg: dict, quick: bool) -> str:
+    if not rows:
+        return "Scoring (influential tokens): not run (the default config has no `language` section)."
+    lang, icfg = cfg["language"], cfg["language"]["influence"]
+    size = ", ".join(f"{k} {lang['model'][k]}" for k in ("n_layer", "d_model", "n_head", "d_ff"))
+    methods = [r for r in rows if r["unit"] == "targets"]
+    per_target = sum(r["seconds_median"] / r["items"] for r in methods)  # every method, as _score_chunk
+    screen = next(r for r in rows if r["method"] == "screen")
+    total = f"; the default's screen of {icfg['screen']:,} tokens and {icfg['targets']} targets would take " \
+        f"{icfg['screen'] / screen['per_s'] + icfg['targets'] * per_target:.0f} s" if icfg["screen"] else ""
+    return "\n\n".join([
+        f"Scoring (influential tokens), E4's `language.influence` at the default language size ({size}, "
+        f"vocab {lang['tokenizer']['vocab_size']}, T_long {lang['T_long']}, T_short {lang['T_short']}, "
+        f"batch size {icfg['batch_size']}) with models at random init (a forward pass costs the same "
+        f"whatever the weights: no training) on a random token stream. Screen: tokens/s; each method: one "
+        f"chunk of {methods[0]['items']} target{'s' * (methods[0]['items'] > 1)} "
+        f"({'quick mode' if quick else 'targets_per_batch'}), targets/s, the short models shown the greedy "
+        f"tokens. Sequence tokens/s: tokens of the sequences the method builds (from their shapes) per second:",
+        md_table(rows, [("method", "method"), ("what", "what"), ("items", "items"), ("unit", "unit"),
+                        ("repeats", "calls/run"), ("seconds_median", "s (median)"), ("per_s", "per s"),
+                        ("model_tokens_per_s", "sequence tokens/s")]),
+        f"Every method of a chunk, as `influence._score_chunk` runs them: {per_target:.2f} s per target = "
+        f"**{1 / per_target:.2f} targets/s**{total} at 1 thread.",
+    ])
