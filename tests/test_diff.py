@@ -56,3 +56,20 @@ def test_unknown_revision_is_one_line(repo, history):
     done = _diff(repo, history, "--rev", "nosuchrev")
     assert done.returncode == 2
     assert done.stderr.startswith("lengthgen: error: git show nosuchrev:") and "Traceback" not in done.stderr
+
+
+def test_language_tables_match_rows_on_model_method_positions_and_k():
+    """influence.csv has many rows per k: rows are matched on (model, method, positions, k), so
+    one moved value is one moved cell, not every row of its k misaligned."""
+    import io
+
+    import pandas as pd
+
+    from lengthgen.diff import moved_cells
+
+    head = "model,method,positions,k,loss_mean\n"
+    old = head + "long,greedy,true,1,5.17\nlong,random,true,1,5.52\nshort,greedy,shared,1,5.03\n"
+    new = head + "long,greedy,true,1,5.17\nshort,greedy,shared,1,5.00\nlong,random,true,1,5.52\n"
+    moved = moved_cells(*(pd.read_csv(io.StringIO(t), dtype=str) for t in (old, new)), tolerance=0.0)
+    assert moved[["model", "method", "column", "old", "new"]].values.tolist() == [
+        ["short", "greedy", "loss_mean", "5.03", "5.00"]]

@@ -12,7 +12,10 @@ import pandas as pd
 
 from lengthgen.errors import UserError
 
-KEY_COLUMNS = ("task", "scheme", "seed", "length", "k", "depth", "claim", "check")  # the key columns of our tables
+# The key columns of our tables: E1-E3 (task ... depth), the scorecard (claim, check), E4's
+# influence.csv (model, method, positions, k) and language_train.csv (model, step).
+KEY_COLUMNS = ("task", "scheme", "seed", "length", "k", "depth", "claim", "check", "model", "method", "positions",
+               "step")
 
 
 def table_at(rev: str, path: Path) -> pd.DataFrame | None:
