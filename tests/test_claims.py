@@ -6,7 +6,14 @@ import pytest
 
 from lengthgen.claims import coupling_checks, sparsity_checks, spearman, unmeasured_rows, write_scorecard
 
-CFG = {"spearman_max": -0.8, "min_drop": 0.3, "min_length_ratio": 8}
+CFG = {"spearman_max": -0.8, "min_drop": 0.3, "min_length_ratio": 8, "fit_min": 0.95}
+
+
+def trend(rows):
+    """The trend checks, without the first row (whether every model fits)."""
+    assert rows[0]["check"].startswith("every model fits")
+    return rows[1:]
+
 
 def sweep(acc_by_k_and_length, schemes=("rope",), seeds=(0, 1)):
     rows = [{"task": f"t_k{k}", "scheme": s, "seed": seed, "length": n, "k": k, "examples": 100, "accuracy": a}
@@ -15,7 +22,7 @@ def sweep(acc_by_k_and_length, schemes=("rope",), seeds=(0, 1)):
 
 def test_falling_accuracy_passes_and_short_lengths_are_not_judged():
     df = sweep({(1, 10): 1.0, (2, 10): 1.0, (3, 10): 1.0, (1, 80): 0.95, (2, 80): 0.8, (3, 80): 0.55})
-    rows = sparsity_checks(df, ["t_k1", "t_k2", "t_k3"], train_max=10, cfg=CFG)
+    rows = trend(sparsity_checks(df, ["t_k1", "t_k2", "t_k3"], train_max=10, cfg=CFG))
     assert [r["check"] for r in rows] == ["rope at n=80 (8x): Spearman(k, accuracy)",
                                           "rope at n=80 (8x): accuracy(k=1) - accuracy(k=3)"]
     assert [r["result"] for r in rows] == ["PASS", "PASS"]
@@ -23,13 +30,13 @@ def test_falling_accuracy_passes_and_short_lengths_are_not_judged():
 
 def test_small_drop_fails_even_when_ordered():
     df = sweep({(1, 80): 1.0, (2, 80): 0.9, (3, 80): 0.8})
-    rows = sparsity_checks(df, ["t_k1", "t_k2", "t_k3"], train_max=10, cfg=CFG)
+    rows = trend(sparsity_checks(df, ["t_k1", "t_k2", "t_k3"], train_max=10, cfg=CFG))
     assert [r["result"] for r in rows] == ["PASS", "FAIL"]
 
 def test_rising_accuracy_fails_and_single_k_is_not_applicable():
-    rising = sparsity_checks(sweep({(1, 80): 0.5, (2, 80): 0.9}), ["t_k1", "t_k2"], train_max=10, cfg=CFG)
+    rising = trend(sparsity_checks(sweep({(1, 80): 0.5, (2, 80): 0.9}), ["t_k1", "t_k2"], train_max=10, cfg=CFG))
     assert [r["result"] for r in rising] == ["FAIL", "FAIL"]
-    single = sparsity_checks(sweep({(1, 80): 0.5}), ["t_k1"], train_max=10, cfg=CFG)
+    single = trend(sparsity_checks(sweep({(1, 80): 0.5}), ["t_k1"], train_max=10, cfg=CFG))
     assert [r["result"] for r in single] == ["N/A"]
 
 def test_spearman_matches_hand_computed_ranks():
@@ -44,7 +51,7 @@ def test_claims_without_an_experiment_are_listed_as_not_measured():
 
 
 def test_scorecard_markdown_is_a_well_formed_table(tmp_path):
-    rows = sparsity_checks(sweep({(1, 80): 1.0, (2, 80): 0.5}), ["t_k1", "t_k2"], train_max=10, cfg=CFG)
+    rows = trend(sparsity_checks(sweep({(1, 80): 1.0, (2, 80): 0.5}), ["t_k1", "t_k2"], train_max=10, cfg=CFG))
     write_scorecard(rows + unmeasured_rows(["3 language"]), tmp_path / "c.csv", tmp_path / "c.md")
     lines = (tmp_path / "c.md").read_text().splitlines()[2:]
     assert lines[1] == "|---|---|---|---|---|---|"
@@ -52,14 +59,14 @@ def test_scorecard_markdown_is_a_well_formed_table(tmp_path):
 
 
 def test_no_long_enough_length_is_said_not_skipped():
-    rows = sparsity_checks(sweep({(1, 20): 1.0, (2, 20): 0.5}), ["t_k1", "t_k2"], train_max=10, cfg=CFG)
+    rows = trend(sparsity_checks(sweep({(1, 20): 1.0, (2, 20): 0.5}), ["t_k1", "t_k2"], train_max=10, cfg=CFG))
     assert [r["result"] for r in rows] == ["N/A"] and "no test length >= 8x" in rows[0]["check"]
 
 
 def test_mixture_models_are_judged_one_model_at_a_time():
     rows = [{"task": task, "scheme": "rope", "seed": 0, "length": 80, "k": k, "examples": 10, "accuracy": acc}
             for task, accs in (("K2", [1.0, 0.5]), ("K3", [0.6, 0.6, 0.6])) for k, acc in enumerate(accs, start=1)]
-    checks = sparsity_checks(pd.DataFrame(rows), ["K2", "K3"], train_max=10, cfg=CFG)
+    checks = trend(sparsity_checks(pd.DataFrame(rows), ["K2", "K3"], train_max=10, cfg=CFG))
     assert [(r["check"].split(" at ")[0], r["result"]) for r in checks] == [
         ("rope/K2", "PASS"), ("rope/K2", "PASS"), ("rope/K3", "FAIL"), ("rope/K3", "FAIL")]
 
@@ -70,10 +77,23 @@ def test_fixed_and_mixture_models_in_one_grid_are_judged_apart():
     fixed = sweep({(1, 80): 1.0, (2, 80): 0.8, (3, 80): 0.5})
     flat = pd.DataFrame([{"task": "K3", "scheme": "rope", "seed": 0, "length": 80, "k": k, "examples": 10,
                           "accuracy": 0.6} for k in (1, 2, 3)])
-    checks = sparsity_checks(pd.concat([fixed, flat]), ["t_k1", "t_k2", "t_k3", "K3"], train_max=10, cfg=CFG)
+    checks = trend(sparsity_checks(pd.concat([fixed, flat]), ["t_k1", "t_k2", "t_k3", "K3"], train_max=10, cfg=CFG))
     assert [(r["check"].split(" at ")[0], r["result"]) for r in checks] == [
         ("rope", "PASS"), ("rope", "PASS"), ("rope/K3", "FAIL"), ("rope/K3", "FAIL")]
     assert checks[1]["value"] == pytest.approx(0.5)
+
+
+def test_fit_row_names_each_model_that_did_not_fit_its_training_lengths():
+    """A model at chance at the training length would drag its k's mean down and fake a trend:
+    the first row fails and names it; none at the training length is N/A, all fit is PASS."""
+    df = sweep({(1, 10): 1.0, (3, 10): 1.0, (1, 80): 1.0, (3, 80): 0.5})
+    df.loc[(df["k"] == 3) & (df["seed"] == 0) & (df["length"] == 10), "accuracy"] = 0.49
+    fit = sparsity_checks(df, ["t_k1", "t_k3"], train_max=10, cfg=CFG)[0]
+    assert (fit["result"], fit["value"]) == ("FAIL", pytest.approx(0.49))
+    assert fit["detail"] == "3 of 4 models: below, t_k3/rope/seed0 0.490"
+    df.loc[df["length"] == 10, "accuracy"] = 0.96
+    assert sparsity_checks(df, ["t_k1", "t_k3"], train_max=10, cfg=CFG)[0]["result"] == "PASS"
+    assert sparsity_checks(df, ["t_k1", "t_k3"], train_max=12, cfg=CFG)[0]["result"] == "N/A"
 
 
 # -- claim 2 -------------------------------------------------------------------------------

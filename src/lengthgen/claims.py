@@ -23,22 +23,38 @@ def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int
     training length: mean accuracy over seeds falls with k. Every such length is reported,
     so a scheme that separates k at one length and not another shows both. Models trained on
     a mixture of k (several k per task) are judged one task at a time, so that each k is
-    compared within the same model rather than across training distributions."""
+    compared within the same model rather than across training distributions. The first row
+    says whether every model fit its training lengths (`fit_min`)."""
+    rows = [_fit_row(sweep[sweep["task"].isin(sparse_tasks)], train_max, cfg["fit_min"])]
     df = summarize(sweep[sweep["task"].isin(sparse_tasks)])
     long_enough = sorted(n for n in df["length"].unique() if n >= cfg["min_length_ratio"] * train_max)
     if not long_enough:
         longest = int(df["length"].max()) if len(df) else 0
-        return [_row("1 sparsity", f"no test length >= {cfg['min_length_ratio']:g}x the training length {train_max}",
-                     float("nan"), "-", None, f"longest test length {longest}")]
+        return rows + [_row("1 sparsity", f"no test length >= {cfg['min_length_ratio']:g}x the training length "
+                            f"{train_max}", float("nan"), "-", None, f"longest test length {longest}")]
     mixture = df.groupby("task")["k"].transform("nunique") > 1
     # Fixed-k models are compared across tasks (one per k), each mixture model on its own.
     df = df.assign(model=df["scheme"].where(~mixture, df["scheme"] + "/" + df["task"]))
-    rows = []
     for name, g in df.groupby("model", sort=True):
         for n in long_enough:
             by_k = g[g["length"] == n].groupby("k")["mean"].mean().sort_index()
             rows.extend(_sparsity_rows(f"{name} at n={n} ({n / train_max:g}x)", by_k, cfg))
     return rows
+
+
+def _fit_row(sweep: pd.DataFrame, train_max: int, fit_min: float) -> dict:
+    """Every model (task, scheme, seed) fits its training lengths: its accuracy at the longest,
+    mean over k. The means over seeds the other checks judge include models that did not."""
+    at = sweep[sweep["length"] == train_max]
+    if at.empty:
+        return _row("1 sparsity", f"every model fits at n={train_max} (1x)", float("nan"), "-", None,
+                    f"no test length equals the longest training length {train_max}")
+    acc = at.groupby(["task", "scheme", "seed"])["accuracy"].mean()
+    low = acc[acc < fit_min]
+    detail = f"{len(acc) - len(low)} of {len(acc)} models" + (": below, " + ", ".join(
+        f"{t}/{s}/seed{seed} {a:.3f}" for (t, s, seed), a in low.items()) if len(low) else "")
+    return _row("1 sparsity", f"every model fits at n={train_max} (1x): smallest accuracy", float(acc.min()),
+                f">= {fit_min}", bool(acc.min() >= fit_min), detail)
 
 
 def _sparsity_rows(where: str, by_k: pd.Series, cfg: dict) -> list[dict]:
