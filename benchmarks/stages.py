@@ -20,9 +20,9 @@ Scoring, E4's influential tokens (language.influence), when the default config h
 section: models of the default language size at random init (the cost of a forward pass does not
 depend on the weights, so no training) and a random token stream (fixed seed), timed through the
 functions influence.score runs: screen (L_long and L_short, tokens/s) and, for one chunk of
-targets_per_batch targets, each method as _score_chunk runs it (targets/s): greedy up to the
-largest k, attention- and random-ranked, and each short model shown the greedy tokens with
-coupled and with true IDs (the latter with the window alone).
+targets_per_batch targets, each method through the function _score_chunk calls (targets/s):
+greedy up to the largest k, ranked_losses (attention, random) and, per short model,
+short_model_losses (window alone, then the greedy tokens at true and at coupled IDs).
 """
 
 from __future__ import annotations
@@ -222,13 +222,13 @@ def model_tokens(method: str, cfg: dict, k_max: int) -> int:
         return t_long + t_short
     if method == "greedy":  # step j: every free candidate of the distant part, j + 1 tokens added
         return sum((t_long - t_short - j) * (t_short + j + 1) for j in range(k_max))
-    if method == "attention":
-        return t_long + per_k
-    return per_k + (t_short if method.endswith("_true") else 0)  # _true also scores the window alone
+    if method in ("attention", "random"):  # attention also reads the long model's attention
+        return (t_long if method == "attention" else 0) + per_k
+    return t_short + 2 * per_k  # a short model: its window alone, then each k at true and coupled IDs
 
 
 def scoring_cases(models: dict, stream, doc_starts, cfg: dict, quick: bool) -> tuple[dict, list, int, int]:
-    """Name -> call, each what influence.score / _score_chunk runs for it; warm-up calls of the
+    """Name -> call, each the function influence._score_chunk calls for it; warm-up calls of the
     two slow ones at a small scale; the targets of one chunk and the screened tokens. Targets are
     drawn among the eligible tokens, not by gap: random models have no gap, and the cost does
     not depend on which tokens are chosen."""
@@ -248,26 +248,14 @@ def scoring_cases(models: dict, stream, doc_starts, cfg: dict, quick: bool) -> t
     def run_greedy():
         state["chosen"] = influence.greedy(long, c, max(ks), batch)[0]
 
-    def run_ranked(method):
-        order = influence.ranked(long, c, method, gen)
-        for k in ks:
-            influence.loss_with(long, c, order[:, :k], batch)
-
-    def run_short(model, ids):
-        if ids == "true":  # the window alone, then the greedy tokens at their true positions
-            influence.loss_with(model, c, state["chosen"][:, :0], batch)
-        for k in ks:
-            influence.loss_with(model, c, state["chosen"][:, :k], batch, ids)
-
     def run_screen(n):
         influence.screen(long, stream, doc_starts, {**cfg, "influence": {**icfg, "screen": n}})
 
     cases = {"screen": lambda: run_screen(n_screen), "greedy": run_greedy}
-    cases |= {m: lambda m=m: run_ranked(m) for m in icfg["methods"] if m != "greedy"}
-    for name, model in models.items():
-        if name != "long":
-            cases[f"{name}_coupled"] = lambda m=model: run_short(m, icfg["coupling"])
-            cases[f"{name}_true"] = lambda m=model: run_short(m, "true")
+    cases |= {m: lambda m=m: influence.ranked_losses(long, c, m, ks, batch, gen)
+              for m in icfg["methods"] if m != "greedy"}
+    cases |= {name: lambda m=model: influence.short_model_losses(m, c, state["chosen"], ks, icfg["coupling"], batch)
+              for name, model in models.items() if name != "long"}
     warm_up = [lambda: run_screen(8), lambda: influence.greedy(long, c, 1, batch)]  # k = 1: an eighth
     return cases, warm_up, n_targets, n_screen
 
@@ -279,11 +267,9 @@ def scoring_what(name: str, cfg: dict) -> str:
     if name == "greedy":
         return f"influence.greedy up to k = {max(ks)}"
     if name in ("attention", "random"):
-        return f"influence.ranked ({name}), then loss_with at k {ks}"
-    model, ids = name.rsplit("_", 1)
-    if ids == "coupled":
-        return f"{model} model, loss_with: greedy tokens at k {ks}, {cfg['influence']['coupling']} IDs"
-    return f"{model} model, loss_with: window alone, greedy tokens at k {ks}, true IDs"
+        return f"influence.ranked_losses ({name}) at k {ks}"
+    return (f"{name} model, influence.short_model_losses: window alone, greedy tokens at k {ks} at true and "
+            f"{cfg['influence']['coupling']} IDs")
 
 
 def scoring(cfg: dict, quick: bool) -> list[dict]:

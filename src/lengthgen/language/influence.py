@@ -202,6 +202,23 @@ def _score_targets(long_model, short_models: dict, stream, index: np.ndarray, cf
     return out
 
 
+def short_model_losses(model, c: Contexts, chosen: torch.Tensor, ks: list, coupling: str, batch: int) -> dict:
+    """A short model's L with its window alone (`window`), then with the first k chosen tokens
+    at their true positions (`true_k`) and coupled into its trained range (`coupled_k`)."""
+    out = {"window": loss_with(model, c, chosen[:, :0], batch).tolist()}
+    for k in ks:
+        for ids in ("true", coupling):
+            label = "true" if ids == "true" else "coupled"
+            out[f"{label}_{k}"] = loss_with(model, c, chosen[:, :k], batch, ids).tolist()
+    return out
+
+
+def ranked_losses(model, c: Contexts, method: str, ks: list, batch: int, gen: torch.Generator) -> dict:
+    """L_k of each target with its k first-ranked distant tokens under `method`, for each k."""
+    order = ranked(model, c, method, gen)
+    return {k: loss_with(model, c, order[:, :k], batch).tolist() for k in ks}
+
+
 def _score_chunk(long_model, short_models, c: Contexts, ks: list, icfg: dict, gen) -> dict:
     out, batch = {}, icfg["batch_size"]
     if "greedy" in icfg["methods"]:
@@ -210,15 +227,10 @@ def _score_chunk(long_model, short_models, c: Contexts, ks: list, icfg: dict, ge
             out[f"L_greedy_{k}"] = losses[:, k - 1].tolist()
         out["greedy_distances"] = [(c.t_long - row).tolist() for row in chosen]
         for name, model in short_models.items():
-            out[f"{name}_window"] = loss_with(model, c, chosen[:, :0], batch).tolist()
-            for k in ks:
-                for ids in ("true", icfg["coupling"]):
-                    label = "true" if ids == "true" else "coupled"
-                    out[f"{name}_{label}_{k}"] = loss_with(model, c, chosen[:, :k], batch, ids).tolist()
+            losses = short_model_losses(model, c, chosen, ks, icfg["coupling"], batch)
+            out |= {f"{name}_{key}": value for key, value in losses.items()}
     for method in (m for m in icfg["methods"] if m != "greedy"):
-        order = ranked(long_model, c, method, gen)
-        for k in ks:
-            out[f"L_{method}_{k}"] = loss_with(long_model, c, order[:, :k], batch).tolist()
+        out |= {f"L_{method}_{k}": value for k, value in ranked_losses(long_model, c, method, ks, batch, gen).items()}
     return out
 
 
