@@ -25,8 +25,9 @@ def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int
     a mixture of k (several k per task) are judged one task at a time, so that each k is
     compared within the same model rather than across training distributions. The first row
     says whether every model fit its training lengths (`fit_min`)."""
-    rows = [_fit_row(sweep[sweep["task"].isin(sparse_tasks)], train_max, cfg["fit_min"])]
-    df = summarize(sweep[sweep["task"].isin(sparse_tasks)])
+    sweep = sweep[sweep["task"].isin(sparse_tasks)]
+    rows = [_fit_row(sweep, train_max, cfg["fit_min"])]
+    df = summarize(sweep)
     long_enough = sorted(n for n in df["length"].unique() if n >= cfg["min_length_ratio"] * train_max)
     if not long_enough:
         longest = int(df["length"].max()) if len(df) else 0

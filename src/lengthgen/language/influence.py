@@ -221,14 +221,13 @@ def ranked_losses(model, c: Contexts, method: str, ks: list, batch: int, gen: to
 
 def _score_chunk(long_model, short_models, c: Contexts, ks: list, icfg: dict, gen) -> dict:
     out, batch = {}, icfg["batch_size"]
-    if "greedy" in icfg["methods"]:
-        chosen, losses = greedy(long_model, c, max(ks), batch)
-        for k in ks:
-            out[f"L_greedy_{k}"] = losses[:, k - 1].tolist()
-        out["greedy_distances"] = [(c.t_long - row).tolist() for row in chosen]
-        for name, model in short_models.items():
-            losses = short_model_losses(model, c, chosen, ks, icfg["coupling"], batch)
-            out |= {f"{name}_{key}": value for key, value in losses.items()}
+    chosen, losses = greedy(long_model, c, max(ks), batch)  # config validation requires greedy
+    for k in ks:
+        out[f"L_greedy_{k}"] = losses[:, k - 1].tolist()
+    out["greedy_distances"] = [(c.t_long - row).tolist() for row in chosen]
+    for name, model in short_models.items():
+        losses = short_model_losses(model, c, chosen, ks, icfg["coupling"], batch)
+        out |= {f"{name}_{key}": value for key, value in losses.items()}
     for method in (m for m in icfg["methods"] if m != "greedy"):
         out |= {f"L_{method}_{k}": value for k, value in ranked_losses(long_model, c, method, ks, batch, gen).items()}
     return out
