@@ -7,6 +7,7 @@ import torch
 
 from lengthgen import loop, train
 from lengthgen.errors import TrainingDiverged
+from lengthgen.model import ModelConfig, Transformer
 
 
 def test_same_seed_same_model_other_seed_other_model(tmp_path, tiny_cell, tiny_dataset):
@@ -62,8 +63,8 @@ def test_exact_match_ignores_padding_and_needs_every_answer_token():
             self.preds = preds
             self.head = torch.nn.Identity()
 
-        def features(self, tokens, position_ids):
-            return torch.nn.functional.one_hot(self.preds[:, : tokens.shape[1]], 7).float() * 10
+        def features(self, tokens, position_ids, segments):  # rows are packed: read (example, ID)
+            return torch.nn.functional.one_hot(self.preds[segments.clamp_min(0), position_ids], 7).float() * 10
 
     tokens = torch.tensor([[1, 3, 4, 2, 3], [1, 4, 2, 4, 0]])  # row 2: 4 tokens + padding
     batch = {"tokens": tokens, "ids": torch.arange(5).expand(2, 5), "seq_len": torch.tensor([5, 4]),
@@ -74,3 +75,59 @@ def test_exact_match_ignores_padding_and_needs_every_answer_token():
     wrong = right.clone()
     wrong[1, 2] = 3  # the only answer token of row 2
     assert train.step_loss(Echo(wrong), batch, torch.device("cpu"))[1].tolist() == [True, False]
+
+
+def test_pack_fits_rows_longest_first():
+    row, offset = train.pack([9, 3, 5, 1, 7, 2], 9)
+    assert (row, offset) == ([0, 2, 2, 2, 1, 1], [0, 5, 0, 8, 0, 7])  # 9 | 7+2 | 5+3+1
+    assert train.pack([4, 4, 4], 4) == ([0, 1, 2], [0, 0, 0])
+
+
+@pytest.mark.parametrize("encoding", ["none", "ape", "rope", "alibi"])
+def test_packed_features_match_each_example_alone(encoding):
+    """Packed rows give every example the states it has alone (padding removed, no attention
+    across examples), for every encoding, and the gradient reaches the same weights."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=11, encoding=encoding, d_model=32, n_head=4, max_position=64))
+    tokens, lengths = torch.randint(0, 11, (6, 9)), torch.tensor([9, 3, 5, 1, 7, 2])
+    ids = torch.arange(9).expand(6, 9) * 2 + 1
+    real = torch.arange(9)[None] < lengths[:, None]
+    packed = train.packed_features(model, tokens, ids, lengths)
+    for i, n in enumerate(lengths.tolist()):
+        alone = model.features(tokens[i : i + 1, :n], ids[i : i + 1, :n])[0]
+        torch.testing.assert_close(packed[i, :n], alone, atol=1e-5, rtol=1e-5)
+    packed[real].sum().backward()
+    grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    model.features(tokens, ids)[real].sum().backward()
+    want = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    assert grads.keys() == want.keys() and "blocks.1.attn.qkv.weight" in grads
+    for name in want:
+        torch.testing.assert_close(grads[name], want[name], atol=1e-5, rtol=1e-4)
+
+
+def _adamw_run(make, steps=6, resume_at=None):
+    """Six steps of a small net (one parameter never gets a gradient) at a changing lr."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.GELU(), torch.nn.Linear(7, 3))
+    unused = torch.nn.Linear(2, 2)
+    params = [*net.parameters(), *unused.parameters()]
+    opt = make(params)
+    for s in range(steps):
+        if s == resume_at:  # a fresh optimizer from the state dict, as a resumed job builds it
+            state, opt = opt.state_dict(), make(params)
+            opt.load_state_dict(state)
+        opt.param_groups[0]["lr"] = 1e-2 * (s + 1)
+        opt.zero_grad(set_to_none=True)
+        net(torch.randn(4, 5)).pow(2).sum().backward()
+        opt.step()
+    return [p.detach().clone() for p in params]
+
+
+def test_adamw_is_torch_fused_adamw_bit_for_bit_and_resumes():
+    ours = _adamw_run(lambda ps: loop.AdamW(ps, lr=1e-2, weight_decay=0.1))
+    ref = _adamw_run(lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.98), fused=True))
+    assert all(torch.equal(a, b) for a, b in zip(ours, ref, strict=True))
+    resumed = _adamw_run(lambda ps: loop.AdamW(ps, lr=1e-2, weight_decay=0.1), resume_at=3)
+    assert all(torch.equal(a, b) for a, b in zip(ours, resumed, strict=True))
+    assert not torch.equal(ours[0], _adamw_run(lambda ps: loop.AdamW(ps, lr=1e-2, weight_decay=0.0))[0])

@@ -72,7 +72,7 @@ def step_loss(model, batch: dict, dev, ppc_weight: float = 1.0, copy: bool = Fal
     if "unscored" in batch:  # targets a training-time gap moved: neither token nor ID is scored
         mask &= ~batch["unscored"][:, 1:t].to(dev)
     with devices.autocast(dev):
-        h = model.features(tokens[:, :-1], ids[:, :-1])
+        h = packed_features(model, tokens[:, :-1], ids[:, :-1], batch["seq_len"] - 1)
         logits = model.head(h)
     targets = tokens[:, 1:]
     if copy:
@@ -85,6 +85,44 @@ def step_loss(model, batch: dict, dev, ppc_weight: float = 1.0, copy: bool = Fal
         loss = loss + ppc_weight * id_loss
         wrong |= id_wrong
     return loss, ~wrong
+
+
+def pack(lengths: list[int], width: int) -> tuple[list[int], list[int]]:
+    """Row and offset of each sequence when sequences of `lengths` (each <= width) share rows
+    of `width`: first fit, longest first."""
+    free, row, offset = [], [0] * len(lengths), [0] * len(lengths)
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        r = next((r for r, room in enumerate(free) if room >= lengths[i]), len(free))
+        if r == len(free):
+            free.append(width)
+        row[i], offset[i] = r, width - free[r]
+        free[r] -= lengths[i]
+    return row, offset
+
+
+def packed_features(model, tokens: torch.Tensor, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """model.features of (B, T) examples of real `lengths`, computed without their padding.
+
+    Padding was a third of the tokens of a training batch (E2, E3). The examples share rows of
+    width T instead, each attending to its own tokens only (the same function of each example
+    as unpacked), and the states are gathered back to (B, T, C). A padding position reads an
+    arbitrary state: every loss masks it."""
+    b, t = tokens.shape
+    row, offset = pack(lengths.clamp(1, t).tolist(), t)
+    dev = tokens.device
+    real = torch.arange(t, device=dev)[None, :] < lengths.to(dev)[:, None]
+    where = torch.tensor(row, device=dev)[:, None] * t + torch.tensor(offset, device=dev)[:, None]
+    where = (where + torch.arange(t, device=dev)[None, :]).masked_fill(~real, 0)  # (B, T) index into the rows
+    size = (max(row) + 1) * t
+
+    def packed(values: torch.Tensor, fill: int) -> torch.Tensor:
+        out = values.new_full((size,), fill)
+        out[where[real]] = values[real]
+        return out.view(-1, t)
+
+    segments = packed(torch.arange(b, device=dev)[:, None].expand(b, t), -1)
+    h = model.features(packed(tokens, 0), packed(ids, 0), segments=segments)
+    return h.flatten(0, 1)[where]
 
 
 def _position_loss(model, h: torch.Tensor, ids: torch.Tensor, pointer: torch.Tensor, answer_start: torch.Tensor):
