@@ -96,6 +96,21 @@ def test_fit_row_names_each_model_that_did_not_fit_its_training_lengths():
     assert sparsity_checks(df, ["t_k1", "t_k3"], train_max=12, cfg=CFG)[0]["result"] == "N/A"
 
 
+def test_trend_rows_leave_out_a_model_that_did_not_fit():
+    """A k = 3 seed at chance everywhere (0.5) makes a flat curve look like a fall of 0.3: the
+    trend rows judge the fitted seed alone (drop 0.1, FAIL) and name the one left out."""
+    df = sweep({(1, 10): 1.0, (3, 10): 1.0, (1, 80): 1.0, (3, 80): 0.9})
+    df.loc[(df["k"] == 3) & (df["seed"] == 0), "accuracy"] = 0.5
+    rows = trend(sparsity_checks(df, ["t_k1", "t_k3"], train_max=10, cfg=CFG))
+    assert rows[1]["value"] == pytest.approx(0.1) and rows[1]["result"] == "FAIL"
+    assert rows[1]["detail"] == "k=1: 1.000, k=3: 0.900; left out, unfit: t_k3/rope/seed0"
+    other = trend(sparsity_checks(df.assign(scheme="nope"), ["t_k1", "t_k3"], train_max=10, cfg=CFG))
+    assert other[1]["detail"].endswith("t_k3/nope/seed0")
+    df.loc[df["k"] == 3, "accuracy"] = 0.5  # no k = 3 model fits: one k is left, no trend to judge
+    (row,) = trend(sparsity_checks(df, ["t_k1", "t_k3"], train_max=10, cfg=CFG))
+    assert row["result"] == "N/A" and row["detail"] == "k=1: 1.000; left out, unfit: t_k3/rope/seed0, t_k3/rope/seed1"
+
+
 # -- claim 2 -------------------------------------------------------------------------------
 
 COUPLING = {"length_ratio": 2, "coupled_min": 0.5, "index_max": 0.1, "fit_min": 0.95, "margin": 0.3}

@@ -66,8 +66,11 @@ def test_smoke_tables_are_long_sorted_and_complete(smoke_run):
     assert set(claims["claim"]) == {"1 sparsity", "2 coupling", "3 language"}
     assert "not in this grid" not in " ".join(claims["check"])
     sparsity = claims[claims["claim"] == "1 sparsity"].set_index("check")["result"]
-    alibi = sparsity.filter(like="alibi at n=80 (8x)")
-    assert len(alibi) == 2 and set(alibi) <= {"PASS", "FAIL"}
+    alibi = claims[claims["check"].str.startswith("alibi at n=80 (8x)")]
+    if len(alibi) == 1:  # the smoke models are small: when no k = 2 model fits, there is no trend to judge
+        assert alibi["result"].iloc[0] == "N/A" and "left out, unfit: smoke_k2/alibi" in alibi["detail"].iloc[0]
+    else:
+        assert len(alibi) == 2 and set(alibi["result"]) <= {"PASS", "FAIL"}
     assert list(sparsity.filter(like="nope")) == ["N/A"]  # nope is trained on k = 1 only
     coupling = claims[claims["claim"] == "2 coupling"].set_index("check")["result"]
     assert set(coupling) <= {"PASS", "FAIL"} and any("smoke_scratchpad at n=20 (2x): ppc" in c for c in coupling.index)
