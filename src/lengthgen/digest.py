@@ -9,6 +9,7 @@ build and needs no torch.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 from pathlib import Path
 
@@ -26,7 +27,15 @@ def _module_file(name: str) -> Path | None:
     return None
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(path: Path) -> frozenset[str]:
+    """Modules `path` imports. Parsed once per file version: the stages share most files, and
+    every Snakemake start (each cluster job's too) computes all stages' digests."""
+    stat = path.stat()
+    return _parsed_imports(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _parsed_imports(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
     names = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -35,7 +44,7 @@ def _imports(path: Path) -> set[str]:
             names.add(node.module)
             # `from lengthgen.tasks import sparse_parity` imports a submodule.
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
+    return frozenset(names)
 
 
 def stage_files(entry: str) -> list[Path]:
