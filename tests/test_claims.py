@@ -109,6 +109,9 @@ def test_trend_rows_leave_out_a_model_that_did_not_fit():
     df.loc[df["k"] == 3, "accuracy"] = 0.5  # no k = 3 model fits: one k is left, no trend to judge
     (row,) = trend(sparsity_checks(df, ["t_k1", "t_k3"], train_max=10, cfg=CFG))
     assert row["result"] == "N/A" and row["detail"] == "k=1: 1.000; left out, unfit: t_k3/rope/seed0, t_k3/rope/seed1"
+    df["accuracy"] = 0.5  # no model fits at all
+    (row,) = trend(sparsity_checks(df, ["t_k1", "t_k3"], train_max=10, cfg=CFG))
+    assert row["check"].endswith("no model fits") and row["detail"].startswith("left out, unfit: t_k1/rope/seed0")
 
 
 # -- claim 2 -------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int
                          fits=_fits(sweep, train_max, cfg["fit_min"]))
     for name, g in sweep.groupby("model", sort=True):
         unfit = g.loc[~g["fits"], ["task", "scheme", "seed"]].drop_duplicates()
-        note = "; left out, unfit: " + ", ".join(f"{t}/{s}/seed{seed}" for t, s, seed in unfit.itertuples(index=False))
+        note = "left out, unfit: " + ", ".join(f"{t}/{s}/seed{seed}" for t, s, seed in unfit.itertuples(index=False))
         df = summarize(g[g["fits"]].drop(columns=["model", "fits"]))
         for n in long_enough:
             by_k = df[df["length"] == n].groupby("k")["mean"].mean().sort_index()
@@ -74,9 +74,10 @@ def _fit_row(sweep: pd.DataFrame, train_max: int, fit_min: float) -> dict:
 
 def _sparsity_rows(where: str, by_k: pd.Series, cfg: dict, note: str = "") -> list[dict]:
     ks = list(by_k.index)
-    detail = ", ".join(f"k={k}: {v:.3f}" for k, v in by_k.items()) + note
+    detail = "; ".join(part for part in (", ".join(f"k={k}: {v:.3f}" for k, v in by_k.items()), note) if part)
     if len(ks) < 2:  # a single k cannot show a trend: say so instead of failing
-        return [_row("1 sparsity", f"{where}: needs two or more k", float("nan"), "-", None, detail)]
+        need = "no model fits" if not ks else "needs two or more k"
+        return [_row("1 sparsity", f"{where}: {need}", float("nan"), "-", None, detail)]
     rho = spearman(ks, by_k.values)
     drop = float(by_k.iloc[0] - by_k.iloc[-1])
     return [
