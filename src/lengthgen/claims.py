@@ -39,11 +39,12 @@ def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int
                          fits=_fits(sweep, train_max, cfg["fit_min"]))
     for name, g in sweep.groupby("model", sort=True):
         unfit = g.loc[~g["fits"], ["task", "scheme", "seed"]].drop_duplicates()
-        note = "left out, unfit: " + ", ".join(f"{t}/{s}/seed{seed}" for t, s, seed in unfit.itertuples(index=False))
+        names = ", ".join(f"{t}/{s}/seed{seed}" for t, s, seed in unfit.itertuples(index=False))
+        note = f"left out, unfit: {names}" if names else ""
         df = summarize(g[g["fits"]].drop(columns=["model", "fits"]))
         for n in long_enough:
             by_k = df[df["length"] == n].groupby("k")["mean"].mean().sort_index()
-            rows.extend(_sparsity_rows(f"{name} at n={n} ({n / train_max:g}x)", by_k, cfg, note if len(unfit) else ""))
+            rows.extend(_sparsity_rows(f"{name} at n={n} ({n / train_max:g}x)", by_k, cfg, note))
     return rows
 
 
