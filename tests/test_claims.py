@@ -158,3 +158,19 @@ def test_coupling_without_the_2x_length_is_not_applicable():
     df = coupling_sweep("e2", {("pc", 10): [1, 1, 1], ("pc", 40): [1, 1, 1]})
     rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc"])}, COUPLING)
     assert [r["result"] for r in rows] == ["N/A"]
+
+
+def test_sparse_parity_figure_leaves_out_the_models_the_scorecard_leaves_out(tmp_path, monkeypatch):
+    from lengthgen import figures
+
+    df = sweep({(1, 10): 1.0, (2, 10): 1.0, (1, 80): 0.9, (2, 80): 0.7})
+    df.loc[(df["task"] == "t_k2") & (df["seed"] == 1), "accuracy"] = 0.5  # at chance: unfit
+    df.assign(depth=pd.NA).to_csv(tmp_path / "sweep.csv", index=False)
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda grid, out: drawn.update(data=grid.data, title=grid.figure._suptitle))
+    figures.sparse_parity(tmp_path / "sweep.csv", ["t_k1", "t_k2"], 10, tmp_path / "f.png", fit_min=0.95)
+    kept = set(drawn["data"][["task", "seed"]].itertuples(index=False, name=None))
+    assert kept == {("t_k1", 0), ("t_k1", 1), ("t_k2", 0)}
+    assert "left out (accuracy < 0.95 at n = 10): t_k2/rope/seed1" in drawn["title"].get_text()
+    figures.sparse_parity(tmp_path / "sweep.csv", ["t_k1", "t_k2"], 10, tmp_path / "f.png")  # no fit_min: all
+    assert len(drawn["data"]) == len(df) and "left out" not in drawn["title"].get_text()

@@ -134,6 +134,25 @@ def test_kv_cache_matches_a_full_forward(encoding):
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("encoding", ["none", "ape", "rope", "alibi"])
+def test_last_only_is_the_full_forward_at_the_last_position_and_fills_the_same_cache(encoding):
+    """Decoding and scoring run the top block for the last position alone: the state, and the
+    cached keys the next one-token steps read, must be those of the full forward."""
+    model = tiny_model(encoding)
+    tokens = torch.randint(1, 6, (3, 12), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, 30, (3, 12), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full_cache, last_cache = model.new_cache(), model.new_cache()
+        full = model.features(tokens[:, :9], ids[:, :9], full_cache)
+        last = model.features(tokens[:, :9], ids[:, :9], last_cache, last_only=True)
+        assert last.shape == (3, 1, model.cfg.d_model)
+        torch.testing.assert_close(last, full[:, -1:], atol=1e-5, rtol=1e-5)
+        for a, b in zip(full_cache, last_cache, strict=True):
+            assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+        step = model.features(tokens[:, 9:10], ids[:, 9:10], last_cache, last_only=True)
+        torch.testing.assert_close(step, model.features(tokens[:, :10], ids[:, :10])[:, -1:], atol=1e-5, rtol=1e-5)
+
+
 def test_teacher_forced_and_free_running_exact_match_agree_for_index_schemes():
     """A small untrained-to-noise model on scratchpad parity: greedy decoding with the cache
     gets each example exactly right iff teacher forcing does (index IDs need no feedback)."""

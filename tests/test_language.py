@@ -72,14 +72,6 @@ def test_greedy_k1_is_the_best_single_token_of_all_subsets(model, contexts):
         assert best_pair <= losses[row, 1].item() * (1 + 1e-5)
 
 
-def test_last_hidden_equals_the_full_forward_at_the_last_position(model, contexts):
-    ids = torch.arange(T_LONG).expand(len(contexts.y), -1) + 5
-    with torch.no_grad():
-        want = model.features(contexts.ctx, ids)[:, -1]
-        got = influence.last_hidden(model, contexts.ctx, ids)
-    assert torch.allclose(got, want, atol=1e-4)
-
-
 def test_all_distant_tokens_give_l_long_and_none_give_l_short(model, contexts):
     n = len(contexts.y)
     ids = torch.arange(T_LONG).expand(n, -1)

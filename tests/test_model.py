@@ -163,3 +163,14 @@ def test_attention_heads_rotate_queries_and_keys_pairwise():
 def test_unknown_encoding_rejected():
     with pytest.raises(ValueError, match="encoding"):
         Transformer(ModelConfig(vocab_size=VOCAB, encoding="sinusoidal"))
+
+
+def test_alibi_mask_is_built_in_the_autocast_dtype():
+    """Under autocast the layers attend in bf16: the shared bias is built in it once, with the
+    same values the fp32 bias rounds to."""
+    model, (_, pos) = tiny_model("alibi"), inputs()
+    fp32 = model.attention_mask(pos)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16 = model.attention_mask(pos)
+    assert fp32.dtype == torch.float32 and bf16.dtype == torch.bfloat16
+    assert torch.equal(bf16, fp32.to(torch.bfloat16))

@@ -81,6 +81,8 @@ def test_pack_fits_rows_longest_first():
     row, offset = train.pack([9, 3, 5, 1, 7, 2], 9)
     assert (row, offset) == ([0, 2, 2, 2, 1, 1], [0, 5, 0, 8, 0, 7])  # 9 | 7+2 | 5+3+1
     assert train.pack([4, 4, 4], 4) == ([0, 1, 2], [0, 0, 0])
+    with pytest.raises(ValueError, match="length 5 does not fit rows of width 4"):
+        train.pack([2, 5], 4)
 
 
 @pytest.mark.parametrize("encoding", ["none", "ape", "rope", "alibi"])
@@ -106,8 +108,9 @@ def test_packed_features_match_each_example_alone(encoding):
         torch.testing.assert_close(grads[name], want[name], atol=1e-5, rtol=1e-4)
 
 
-def _adamw_run(make, steps=6, resume_at=None):
-    """Six steps of a small net (one parameter never gets a gradient) at a changing lr."""
+def _adamw_run(make, steps=6, resume_at=None, resume_with=None):
+    """Six steps of a small net (one parameter never gets a gradient) at a changing lr; at
+    `resume_at`, a fresh optimizer (`resume_with`, else `make`) takes over the state dict."""
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.GELU(), torch.nn.Linear(7, 3))
     unused = torch.nn.Linear(2, 2)
@@ -115,7 +118,7 @@ def _adamw_run(make, steps=6, resume_at=None):
     opt = make(params)
     for s in range(steps):
         if s == resume_at:  # a fresh optimizer from the state dict, as a resumed job builds it
-            state, opt = opt.state_dict(), make(params)
+            state, opt = opt.state_dict(), (resume_with or make)(params)
             opt.load_state_dict(state)
         opt.param_groups[0]["lr"] = 1e-2 * (s + 1)
         opt.zero_grad(set_to_none=True)
@@ -131,3 +134,19 @@ def test_adamw_is_torch_fused_adamw_bit_for_bit_and_resumes():
     resumed = _adamw_run(lambda ps: loop.AdamW(ps, lr=1e-2, weight_decay=0.1), resume_at=3)
     assert all(torch.equal(a, b) for a, b in zip(ours, resumed, strict=True))
     assert not torch.equal(ours[0], _adamw_run(lambda ps: loop.AdamW(ps, lr=1e-2, weight_decay=0.0))[0])
+    # a checkpoint written with torch.optim's AdamW resumes too
+    from_torch = _adamw_run(lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.98), fused=True),
+                            resume_at=3, resume_with=lambda ps: loop.AdamW(ps, lr=1e-2, weight_decay=0.1))
+    assert all(torch.equal(a, b) for a, b in zip(ours, from_torch, strict=True))
+
+
+def test_adamw_without_gradients_changes_nothing_and_zero_grad_can_keep_buffers():
+    layer = torch.nn.Linear(3, 2)
+    before = [p.detach().clone() for p in layer.parameters()]
+    opt = loop.AdamW(layer.parameters(), lr=0.1, weight_decay=0.1)
+    opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, layer.parameters(), strict=True)) and not opt.state
+    layer(torch.ones(1, 3)).sum().backward()
+    grads = [p.grad for p in layer.parameters()]
+    opt.zero_grad(set_to_none=False)
+    assert all(p.grad is g and not g.any() for p, g in zip(layer.parameters(), grads, strict=True))

@@ -36,7 +36,7 @@ def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int
     # Fixed-k models are compared across tasks (one per k), each mixture model on its own.
     mixture = sweep.groupby("task")["k"].transform("nunique") > 1
     sweep = sweep.assign(model=sweep["scheme"].where(~mixture, sweep["scheme"] + "/" + sweep["task"]),
-                         fits=_fits(sweep, train_max, cfg["fit_min"]))
+                         fits=fitted(sweep, train_max, cfg["fit_min"]))
     for name, g in sweep.groupby("model", sort=True):
         unfit = g.loc[~g["fits"], ["task", "scheme", "seed"]].drop_duplicates()
         names = ", ".join(f"{t}/{s}/seed{seed}" for t, s, seed in unfit.itertuples(index=False))
@@ -53,7 +53,7 @@ def _model_accuracy_at(sweep: pd.DataFrame, length: int) -> pd.Series:
     return sweep[sweep["length"] == length].groupby(["task", "scheme", "seed"])["accuracy"].mean()
 
 
-def _fits(sweep: pd.DataFrame, train_max: int, fit_min: float):
+def fitted(sweep: pd.DataFrame, train_max: int, fit_min: float):
     """Per row of the sweep: whether its model fit its training lengths (True when untested)."""
     low = _model_accuracy_at(sweep, train_max).loc[lambda acc: acc < fit_min].index
     return ~pd.MultiIndex.from_frame(sweep[["task", "scheme", "seed"]]).isin(low)

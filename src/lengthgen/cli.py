@@ -88,7 +88,7 @@ def cmd_figure(a) -> None:
     if a.kind == "coupling":
         figures.coupling(a.sweep_csv, dict(zip(a.tasks, a.train_max, strict=True)), a.out)
     else:
-        figures.sparse_parity(a.sweep_csv, a.tasks, max(a.train_max), a.out)
+        figures.sparse_parity(a.sweep_csv, a.tasks, max(a.train_max), a.out, a.fit_min)
 
 
 def cmd_fetch_corpus(a) -> None:
@@ -192,6 +192,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--sweep-csv", required=True)
     s.add_argument("--tasks", nargs="+", required=True)
     s.add_argument("--train-max", type=int, nargs="+", required=True, help="longest training length (per task)")
+    s.add_argument("--fit-min", type=float, help="sparse_parity: leave out models below this accuracy at train length")
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_figure)
 

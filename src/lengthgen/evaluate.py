@@ -7,13 +7,12 @@ the test set must be of the task the model was trained on.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import torch
 
 from lengthgen import datasets, decode, tasks
 from lengthgen import device as devices
 from lengthgen.errors import UserError
-from lengthgen.fileio import atomic_path
+from lengthgen.fileio import write_parquet
 from lengthgen.model import ModelConfig, Transformer
 
 
@@ -68,7 +67,7 @@ def _group_metrics(model, arrays: dict, idx: np.ndarray, opts: dict, eos: int, b
 
 
 @torch.no_grad()
-def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print) -> pd.DataFrame:
+def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print) -> list[dict]:
     """Write one row per test group (length, k or depth) with exact match (`accuracy`), token
     accuracy and, for a position head, the accuracy of the IDs it fed back, all decoded."""
     dev = devices.resolve(eval_cfg["device"], eval_cfg["threads"])
@@ -81,14 +80,13 @@ def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print) -> pd.Da
     eos = meta["vocab"].index("<eos>") if "<eos>" in meta["vocab"] else -1
     arrays = datasets.padded(table)
     keys = np.stack([arrays[g] for g in group], axis=1)
-    rows = []
+    rows, cell_axes = [], {"task": cell["task"], "scheme": cell["scheme"], "seed": cell["seed"]}
     for key in np.unique(keys, axis=0):
         idx = np.flatnonzero((keys == key).all(axis=1))
-        axes = dict(zip(group, map(int, key), strict=True))
-        rows.append({**axes, **_group_metrics(model, arrays, idx, opts, eos, eval_cfg["batch_size"], dev)})
-        log(f"{cell['task']}/{cell['scheme']}/seed{cell['seed']}: {rows[-1]}")
-    df = pd.DataFrame(rows).assign(task=cell["task"], scheme=cell["scheme"], seed=cell["seed"])
-    df = df[["task", "scheme", "seed", *group, "examples", "accuracy", "token_accuracy", "position_accuracy"]]
-    with atomic_path(out) as tmp:
-        df.to_parquet(tmp, index=False)
-    return df
+        metrics = dict(zip(group, map(int, key), strict=True))
+        metrics.update(_group_metrics(model, arrays, idx, opts, eos, eval_cfg["batch_size"], dev))
+        rows.append({**cell_axes, **metrics})
+        log(f"{cell['task']}/{cell['scheme']}/seed{cell['seed']}: {metrics}")
+    columns = [*cell_axes, *group, "examples", "accuracy", "token_accuracy", "position_accuracy"]
+    write_parquet(out, {name: [row[name] for row in rows] for name in columns})
+    return rows

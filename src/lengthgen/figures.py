@@ -9,14 +9,23 @@ matplotlib.use("Agg")  # headless: clusters and CI have no display
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from lengthgen import claims  # noqa: E402
 from lengthgen.aggregate import read_sweep  # noqa: E402
 from lengthgen.fileio import atomic_path  # noqa: E402
 
 
-def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out) -> None:
-    """Accuracy against test length: one panel per scheme, one line per k, seed band."""
+def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out, fit_min: float | None = None) -> None:
+    """Accuracy against test length: one panel per scheme, one line per k, seed band. With
+    `fit_min`, as in the scorecard, models below it at the longest training length are left
+    out (one at chance everywhere would pull a mean down as if k had) and named in the title."""
     df = read_sweep(sweep_csv)
     df = df[df["task"].isin(tasks)]
+    left_out = ""
+    if fit_min is not None:
+        fits = claims.fitted(df, train_max, fit_min)
+        unfit = df.loc[~fits, ["task", "scheme", "seed"]].drop_duplicates().itertuples(index=False)
+        left_out = ", ".join(f"{t}/{s}/seed{seed}" for t, s, seed in unfit)
+        df = df[fits]
     several_models_per_k = df.groupby("k")["task"].nunique().max() > 1
     sns.set_theme(style="whitegrid", context="paper")
     grid = sns.relplot(
@@ -33,7 +42,10 @@ def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out) -> None:
         ax.set_ylim(0.25, 1.02)  # a constant answer scores about 0.5; bands may dip lower
     grid.set_titles(row_template="{row_name}", col_template="{col_name}")
     grid.set_axis_labels("test length n", "accuracy")
-    grid.figure.suptitle("Sparse parity: accuracy vs length (mean over seeds, band = min..max)", y=1.03)
+    title = "Sparse parity: accuracy vs length (mean over seeds, band = min..max)"
+    if left_out:
+        title += f"\nleft out (accuracy < {fit_min:g} at n = {train_max}): {left_out}"
+    grid.figure.suptitle(title, y=1.12 if left_out else 1.03)
     _save(grid, out)
 
 

@@ -33,3 +33,15 @@ def atomic_path(path):
 def write_text(path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def write_parquet(path, columns: dict) -> None:
+    """Write equal-length columns (name -> list or array) as one Parquet table, all or nothing.
+
+    pyarrow alone: the training and sweep jobs need no pandas, whose import is a tenth of a
+    short job (0.3-0.9 s of each of a hundred jobs)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.table(columns), tmp)

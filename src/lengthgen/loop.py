@@ -1,5 +1,5 @@
-"""Pieces shared by the training loops (synthetic cells and language models): the learning-rate
-schedule and resumable checkpoints that only the same run may resume."""
+"""Pieces shared by the training loops (synthetic cells and language models): the optimizer
+(AdamW), the learning-rate schedule and resumable checkpoints that only the same run may resume."""
 
 from __future__ import annotations
 
@@ -33,11 +33,16 @@ class AdamW:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
-            p.grad = None
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
 
     @torch.no_grad()
     def step(self) -> None:
         live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        if not live:  # as torch.optim: a step without gradients changes nothing
+            return
         for i in live:
             if i not in self.state:
                 p = self.params[i]
@@ -56,7 +61,8 @@ class AdamW:
         return {"lr": self.param_groups[0]["lr"], "state": {i: dict(s) for i, s in self.state.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        self.param_groups[0]["lr"] = state["lr"]
+        """Our state dict, or torch.optim.AdamW's (a checkpoint written before this class)."""
+        self.param_groups[0]["lr"] = state["lr"] if "lr" in state else state["param_groups"][0]["lr"]
         self.state = {int(i): {k: v.to(self.params[int(i)].device) for k, v in s.items()}
                       for i, s in state["state"].items()}
 

@@ -113,13 +113,15 @@ class CausalSelfAttention(nn.Module):
         q, k = rotate(qkv[:, :, :2], freqs[:, :, None, None]).permute(2, 0, 3, 1, 4)  # q and k at once
         return q, k, qkv[:, :, 2].transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, cache: dict | None = None, freqs=None, mask=None):
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, cache: dict | None = None, freqs=None, mask=None,
+                last: bool = False):
         """Causal attention over x; with `cache`, over the cached keys too (then x must be one
         token, which sees every cached key, or the cache must be empty). `mask`: the attention
-        mask of a full forward (`Transformer.attention_mask`), built once for all layers."""
+        mask of a full forward (`Transformer.attention_mask`), built once for all layers.
+        `last`: the output of the last query alone (B, 1, C); every key is still cached."""
         b, t, c = x.shape
         q, k, v = self.heads(x, position_ids, freqs)
-        key_ids = position_ids
+        key_ids = query_ids = position_ids
         past = cache is not None and "k" in cache
         if past:
             if t != 1:
@@ -128,17 +130,20 @@ class CausalSelfAttention(nn.Module):
             key_ids = torch.cat([cache["ids"], position_ids], dim=1)
         if cache is not None:
             cache.update(k=k, v=v, ids=key_ids)
+        if last:  # the last query sees every key of its row: no causal mask, only its mask row
+            q, query_ids = q[:, :, -1:], position_ids[:, -1:]
+            mask = None if mask is None else mask[:, :, -1:]
         drop = self.cfg.dropout if self.training else 0.0
-        causal = not past and t > 1  # one query against its own past needs no mask
+        causal = not past and q.shape[2] > 1  # one query against its own past needs no mask
         if mask is None and self.cfg.encoding == "alibi":
             allowed = causal_mask(t, None, x.device) if causal else None
-            mask = alibi_bias(position_ids, key_ids, self.slopes, q.dtype, allowed)
+            mask = alibi_bias(query_ids, key_ids, self.slopes, q.dtype, allowed)
         if mask is not None:
             mask = mask if mask.dtype in (torch.bool, q.dtype) else mask.to(q.dtype)  # bf16 under autocast
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=drop)
-        return self.proj(y.transpose(1, 2).reshape(b, t, c))  # (B, T, C)
+        return self.proj(y.transpose(1, 2).reshape(b, q.shape[2], c))  # (B, T or 1, C)
 
 
 class Block(nn.Module):
@@ -150,8 +155,11 @@ class Block(nn.Module):
             nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model), nn.Dropout(cfg.dropout)
         )
 
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, cache: dict | None = None, freqs=None, mask=None):
-        x = x + self.attn(self.ln1(x), position_ids, cache, freqs, mask)
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, cache: dict | None = None, freqs=None, mask=None,
+                last: bool = False):
+        """x (B, T, C) -> (B, T, C), or (B, 1, C) for the last position alone with `last`."""
+        y = self.attn(self.ln1(x), position_ids, cache, freqs, mask, last)
+        x = (x[:, -1:] if last else x) + y
         return x + self.mlp(self.ln2(x))
 
 
@@ -184,10 +192,13 @@ class Transformer(nn.Module):
                 nn.init.zeros_(m.bias)
 
     def features(self, tokens: torch.Tensor, position_ids: torch.Tensor, cache: list | None = None,
-                 segments: torch.Tensor | None = None) -> torch.Tensor:
+                 segments: torch.Tensor | None = None, last_only: bool = False) -> torch.Tensor:
         """tokens, position_ids: (B, T) -> final hidden states (B, T, C). `cache`: one dict per
         layer, filled on the first call and extended by each later one-token call. `segments`
-        (B, T): the example of each token when several examples share a row (packing)."""
+        (B, T): the example of each token when several examples share a row (packing).
+        `last_only`: the last position's state alone, (B, 1, C); the top block then runs its
+        projection and MLP for that position only, which is all greedy decoding and scoring read
+        (the blocks below, and every layer's cached keys, need every position)."""
         if segments is not None and cache is not None:
             raise ValueError("packed rows (segments) are for training; a cache is for decoding")
         x = self.tok_emb(tokens)
@@ -196,8 +207,9 @@ class Transformer(nn.Module):
         freqs = self.rotary_freqs(position_ids)  # once for all layers: they share the IDs
         past = cache is not None and "k" in cache[0]
         mask = None if past else self.attention_mask(position_ids, segments)
+        top = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x = block(x, position_ids, None if cache is None else cache[i], freqs, mask)
+            x = block(x, position_ids, None if cache is None else cache[i], freqs, mask, last_only and i == top)
         return self.ln_f(x)
 
     def attention_mask(self, position_ids: torch.Tensor, segments: torch.Tensor | None = None):
@@ -207,8 +219,10 @@ class Transformer(nn.Module):
         if segments is None and self.cfg.encoding != "alibi":
             return None
         allowed = causal_mask(position_ids.shape[1], segments, position_ids.device)
-        if self.cfg.encoding == "alibi":
-            return alibi_bias(position_ids, position_ids, self.blocks[0].attn.slopes, torch.float32, allowed)
+        if self.cfg.encoding == "alibi":  # in the dtype attention runs in: no cast per layer
+            dev = position_ids.device.type
+            dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else torch.float32
+            return alibi_bias(position_ids, position_ids, self.blocks[0].attn.slopes, dtype, allowed)
         return allowed[:, None]
 
     def rotary_freqs(self, position_ids: torch.Tensor) -> torch.Tensor | None:

@@ -16,14 +16,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 import torch.nn.functional as F
 
 from lengthgen import datasets, positions, tasks
 from lengthgen import device as devices
 from lengthgen.errors import TrainingDiverged, UserError
-from lengthgen.fileio import atomic_path, canonical_json, write_text
+from lengthgen.fileio import atomic_path, canonical_json, write_parquet, write_text
 from lengthgen.loop import adamw, load_checkpoint, lr_at, save_checkpoint
 from lengthgen.model import ModelConfig, Transformer, param_count
 
@@ -90,6 +89,8 @@ def step_loss(model, batch: dict, dev, ppc_weight: float = 1.0, copy: bool = Fal
 def pack(lengths: list[int], width: int) -> tuple[list[int], list[int]]:
     """Row and offset of each sequence when sequences of `lengths` (each <= width) share rows
     of `width`: first fit, longest first."""
+    if max(lengths, default=0) > width:
+        raise ValueError(f"pack: a sequence of length {max(lengths)} does not fit rows of width {width}")
     free, row, offset = [], [0] * len(lengths), [0] * len(lengths)
     for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
         r = next((r for r, room in enumerate(free) if room >= lengths[i]), len(free))
@@ -260,20 +261,20 @@ def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = ""
 
 
 def _write_outputs(model, cell, meta, rows, out_dir: Path, dev, code_digest, stopped) -> dict:
-    log_df = pd.DataFrame(rows, columns=["step", "loss", "accuracy", "lr"])
-    tail = log_df.tail(20)
+    log = np.array(rows, dtype=np.float64).reshape(-1, 4)  # step, loss, accuracy, lr
+    tail = log[-20:]
     summary = {
-        "steps": len(log_df),
+        "steps": len(log),
         "stopped": stopped,
-        "final_loss": float(tail["loss"].mean()) if len(tail) else float("nan"),
-        "final_accuracy": float(tail["accuracy"].mean()) if len(tail) else float("nan"),
+        "final_loss": float(tail[:, 1].mean()) if len(tail) else float("nan"),
+        "final_accuracy": float(tail[:, 2].mean()) if len(tail) else float("nan"),
     }
     task = {k: meta[k] for k in ("task", "kind", "params", "vocab")}
     with atomic_path(out_dir / "model.pt") as tmp:
         state = {k: v.cpu() for k, v in model.state_dict().items()}
         torch.save({"model_args": model.cfg.to_dict(), "state_dict": state, "cell": cell, "task": task, **summary}, tmp)
-    with atomic_path(out_dir / "train_log.parquet") as tmp:
-        log_df.to_parquet(tmp, index=False)
+    write_parquet(out_dir / "train_log.parquet",
+                  {"step": log[:, 0].astype(np.int64), "loss": log[:, 1], "accuracy": log[:, 2], "lr": log[:, 3]})
     info = {
         "cell": cell,
         "code_digest": code_digest,

@@ -66,12 +66,13 @@ rule figure_sparse_parity:
     params:
         tasks=tasks_of("sparse_parity"),
         train_max=train_max("sparse_parity"),
+        fit_min=CONFIG["claims"]["sparsity"]["fit_min"],
         code=CODE["figures"],
     conda:
         ENV
     shell:
         "python -m lengthgen figure --sweep-csv {input:q} --tasks {params.tasks:q} --train-max {params.train_max}"
-        " --out {output:q} 2> {log:q}"
+        " --fit-min {params.fit_min} --out {output:q} 2> {log:q}"
 
 
 rule figure_coupling:

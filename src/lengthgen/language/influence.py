@@ -14,7 +14,7 @@ tokens, at their true positions (beyond its training range) or coupled into it.
 
 Every window token attends to the chosen tokens, so nothing of the window can be shared between
 candidates; instead one greedy step scores all candidates of several targets in one batch, and
-only the predicting position goes through the output layer.
+only the predicting position goes through the top block's MLP and the output layer.
 """
 
 from __future__ import annotations
@@ -40,25 +40,9 @@ def last_nll(model, tokens: torch.Tensor, ids: torch.Tensor, targets: torch.Tens
     for start in range(0, len(tokens), batch):
         sl = slice(start, start + batch)
         with devices.autocast(dev):
-            logits = model.head(last_hidden(model, tokens[sl].to(dev), ids[sl].to(dev)))
+            logits = model.head(model.features(tokens[sl].to(dev), ids[sl].to(dev), last_only=True)[:, 0])
         out.append(F.cross_entropy(logits.float(), targets[sl].to(dev), reduction="none").cpu())
     return torch.cat(out)
-
-
-def last_hidden(model, tokens: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """model.features(tokens, ids)[:, -1], (B, C), with the top block's query, projection and MLP
-    run for the last position alone (the blocks below need every position). Rotary or no
-    positions only: the language models are rotary."""
-    if model.cfg.encoding not in ("rope", "none"):
-        raise ValueError(f"last_hidden: encoding {model.cfg.encoding!r} is not rope or none")
-    x, freqs = model.tok_emb(tokens), model.rotary_freqs(ids)
-    *lower, top = model.blocks
-    for block in lower:
-        x = block(x, ids, freqs=freqs)
-    q, k, v = top.attn.heads(top.ln1(x), ids, freqs)
-    y = F.scaled_dot_product_attention(q[:, :, -1:], k, v)  # the last query sees every key
-    x = x[:, -1] + top.attn.proj(y[:, :, 0].flatten(1))
-    return model.ln_f(x + top.mlp(top.ln2(x)))
 
 
 def _device(model) -> torch.device:
