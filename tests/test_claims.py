@@ -167,10 +167,14 @@ def test_sparse_parity_figure_leaves_out_the_models_the_scorecard_leaves_out(tmp
     df.loc[(df["task"] == "t_k2") & (df["seed"] == 1), "accuracy"] = 0.5  # at chance: unfit
     df.assign(depth=pd.NA).to_csv(tmp_path / "sweep.csv", index=False)
     drawn = {}
-    monkeypatch.setattr(figures, "_save", lambda grid, out: drawn.update(data=grid.data, title=grid.figure._suptitle))
+    monkeypatch.setattr(figures, "_save", lambda grid, out: drawn.update(data=grid.data,
+                                                                         title=grid.figure.get_suptitle()))
     figures.sparse_parity(tmp_path / "sweep.csv", ["t_k1", "t_k2"], 10, tmp_path / "f.png", fit_min=0.95)
     kept = set(drawn["data"][["task", "seed"]].itertuples(index=False, name=None))
     assert kept == {("t_k1", 0), ("t_k1", 1), ("t_k2", 0)}
-    assert "left out (accuracy < 0.95 at n = 10): t_k2/rope/seed1" in drawn["title"].get_text()
+    assert "left out (accuracy < 0.95 at n = 10): t_k2/rope/seed1" in drawn["title"]
     figures.sparse_parity(tmp_path / "sweep.csv", ["t_k1", "t_k2"], 10, tmp_path / "f.png")  # no fit_min: all
-    assert len(drawn["data"]) == len(df) and "left out" not in drawn["title"].get_text()
+    assert len(drawn["data"]) == len(df) and "left out" not in drawn["title"]
+    df.assign(accuracy=0.5, depth=pd.NA).to_csv(tmp_path / "sweep.csv", index=False)  # no model fits: all drawn
+    figures.sparse_parity(tmp_path / "sweep.csv", ["t_k1", "t_k2"], 10, tmp_path / "f.png", fit_min=0.95)
+    assert len(drawn["data"]) == len(df) and "no model fits (accuracy < 0.95 at n = 10)" in drawn["title"]

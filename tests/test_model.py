@@ -165,10 +165,13 @@ def test_unknown_encoding_rejected():
         Transformer(ModelConfig(vocab_size=VOCAB, encoding="sinusoidal"))
 
 
-def test_alibi_mask_is_built_in_the_autocast_dtype():
+@pytest.mark.parametrize("n_head", [2, 16])
+def test_alibi_mask_is_built_in_the_autocast_dtype(n_head):
     """Under autocast the layers attend in bf16: the shared bias is built in it once, with the
-    same values the fp32 bias rounds to."""
-    model, (_, pos) = tiny_model("alibi"), inputs()
+    values the fp32 bias rounds to (16 heads: slopes that are not powers of two)."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=VOCAB, n_layer=1, d_model=4 * n_head, n_head=n_head, d_ff=8, encoding="alibi")
+    model, pos = Transformer(cfg).eval(), torch.arange(300)[None, :]
     fp32 = model.attention_mask(pos)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         bf16 = model.attention_mask(pos)

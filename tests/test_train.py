@@ -150,3 +150,5 @@ def test_adamw_without_gradients_changes_nothing_and_zero_grad_can_keep_buffers(
     grads = [p.grad for p in layer.parameters()]
     opt.zero_grad(set_to_none=False)
     assert all(p.grad is g and not g.any() for p, g in zip(layer.parameters(), grads, strict=True))
+    with pytest.raises(ValueError, match="one parameter group only"):
+        opt.load_state_dict({"state": {}, "param_groups": [{"lr": 0.1}, {"lr": 0.2}]})

@@ -86,6 +86,8 @@ def cmd_figure(a) -> None:
     from lengthgen import figures
 
     if a.kind == "coupling":
+        if a.fit_min is not None:
+            raise UserError("figure --fit-min: only for --kind sparse_parity")
         figures.coupling(a.sweep_csv, dict(zip(a.tasks, a.train_max, strict=True)), a.out)
     else:
         figures.sparse_parity(a.sweep_csv, a.tasks, max(a.train_max), a.out, a.fit_min)

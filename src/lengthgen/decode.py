@@ -36,10 +36,11 @@ def generate(model, prompt: torch.Tensor, prompt_ids: torch.Tensor, steps: int, 
     of equal length. `oracle_ids` (B, steps): the true answer IDs, read only by `pc`."""
     p = prompt.shape[1]
     cache = model.new_cache()
-    pointer = opts["position_head"] == "pointer"  # it reads every prompt state; the rest, the last
+    pointer = opts["position_head"] == "pointer"  # it scores every prompt state; the rest read the last
     with devices.autocast(prompt.device):
-        h_prompt = model.features(prompt, prompt_ids, cache, last_only=not pointer)  # causal: final
-    h, query_id = h_prompt[:, -1], prompt_ids[:, -1]
+        states = model.features(prompt, prompt_ids, cache, last_only=not pointer)  # causal: final states
+    h, query_id = states[:, -1], prompt_ids[:, -1]
+    h_prompt = states if pointer else None
     tokens, ids = [], []
     for s in range(steps):
         with devices.autocast(prompt.device):

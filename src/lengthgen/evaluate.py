@@ -87,6 +87,8 @@ def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print) -> list[
         metrics.update(_group_metrics(model, arrays, idx, opts, eos, eval_cfg["batch_size"], dev))
         rows.append({**cell_axes, **metrics})
         log(f"{cell['task']}/{cell['scheme']}/seed{cell['seed']}: {metrics}")
+    if not rows:
+        raise UserError(f"{data_path}: no test examples; regenerate it")
     columns = [*cell_axes, *group, "examples", "accuracy", "token_accuracy", "position_accuracy"]
     write_parquet(out, {name: [row[name] for row in rows] for name in columns})
     return rows

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")  # headless: clusters and CI have no display
@@ -20,18 +22,14 @@ def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out, fit_min: flo
     out (one at chance everywhere would pull a mean down as if k had) and named in the title."""
     df = read_sweep(sweep_csv)
     df = df[df["task"].isin(tasks)]
-    left_out = ""
-    if fit_min is not None:
-        fits = claims.fitted(df, train_max, fit_min)
-        unfit = df.loc[~fits, ["task", "scheme", "seed"]].drop_duplicates().itertuples(index=False)
-        left_out = ", ".join(f"{t}/{s}/seed{seed}" for t, s, seed in unfit)
-        df = df[fits]
+    schemes = sorted(df["scheme"].unique())  # a scheme whose models are all left out keeps its panel
+    df, note = _fitted_only(df, train_max, fit_min)
     several_models_per_k = df.groupby("k")["task"].nunique().max() > 1
     sns.set_theme(style="whitegrid", context="paper")
     grid = sns.relplot(
-        data=df, x="length", y="accuracy", hue="k", col="scheme", row="task" if several_models_per_k else None,
-        kind="line", errorbar=("pi", 100), estimator="mean", marker="o", palette="viridis",
-        height=2.8, aspect=1.1, facet_kws={"sharey": True},
+        data=df, x="length", y="accuracy", hue="k", col="scheme", col_order=schemes,
+        row="task" if several_models_per_k else None, kind="line", errorbar=("pi", 100), estimator="mean",
+        marker="o", palette="viridis", height=2.8, aspect=1.1, facet_kws={"sharey": True},
     )
     lengths = sorted(df["length"].unique())
     for ax in grid.axes.flat:
@@ -42,11 +40,23 @@ def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out, fit_min: flo
         ax.set_ylim(0.25, 1.02)  # a constant answer scores about 0.5; bands may dip lower
     grid.set_titles(row_template="{row_name}", col_template="{col_name}")
     grid.set_axis_labels("test length n", "accuracy")
-    title = "Sparse parity: accuracy vs length (mean over seeds, band = min..max)"
-    if left_out:
-        title += f"\nleft out (accuracy < {fit_min:g} at n = {train_max}): {left_out}"
-    grid.figure.suptitle(title, y=1.12 if left_out else 1.03)
+    title = "\n".join(["Sparse parity: accuracy vs length (mean over seeds, band = min..max)", *note])
+    grid.figure.suptitle(title, y=1.03 + 0.09 * len(note))
     _save(grid, out)
+
+
+def _fitted_only(df, train_max: int, fit_min: float | None):
+    """The rows of the models that fit (the scorecard's rule) and the title lines naming the rest."""
+    if fit_min is None:
+        return df, []
+    fits = claims.fitted(df, train_max, fit_min)
+    if fits.all():
+        return df, []
+    if not fits.any():  # nothing would be left to draw: draw every model and say so
+        return df, [f"no model fits (accuracy < {fit_min:g} at n = {train_max}): every model drawn"]
+    unfit = df.loc[~fits, ["task", "scheme", "seed"]].drop_duplicates().itertuples(index=False)
+    names = ", ".join(f"{t}/{s}/seed{seed}" for t, s, seed in unfit)
+    return df[fits], textwrap.wrap(f"left out (accuracy < {fit_min:g} at n = {train_max}): {names}", 110)
 
 
 def coupling(sweep_csv, tasks: dict, out) -> None:

@@ -44,4 +44,5 @@ def write_parquet(path, columns: dict) -> None:
     import pyarrow.parquet as pq
 
     with atomic_path(path) as tmp:
-        pq.write_table(pa.table(columns), tmp)
+        # from_pandas: NaN is written as null, as pandas' to_parquet did before
+        pq.write_table(pa.table({name: pa.array(values, from_pandas=True) for name, values in columns.items()}), tmp)

@@ -61,8 +61,13 @@ class AdamW:
         return {"lr": self.param_groups[0]["lr"], "state": {i: dict(s) for i, s in self.state.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        """Our state dict, or torch.optim.AdamW's (a checkpoint written before this class)."""
-        self.param_groups[0]["lr"] = state["lr"] if "lr" in state else state["param_groups"][0]["lr"]
+        """Our state dict, or a one-group torch.optim.AdamW's (for callers of the training code
+        with such a checkpoint; the pipeline's fingerprints never resume one across code)."""
+        if "lr" not in state:
+            if len(state["param_groups"]) != 1:
+                raise ValueError("AdamW.load_state_dict: a torch.optim state dict with one parameter group only")
+            state = {"lr": state["param_groups"][0]["lr"], "state": state["state"]}
+        self.param_groups[0]["lr"] = state["lr"]
         self.state = {int(i): {k: v.to(self.params[int(i)].device) for k, v in s.items()}
                       for i, s in state["state"].items()}
 

@@ -75,10 +75,10 @@ def alibi_bias(query_ids: torch.Tensor, key_ids: torch.Tensor, slopes: torch.Ten
     Distances come from position IDs, so ALiBi sees coupled or offset positions too; the
     magnitude keeps the bias a penalty when a coupled key's ID lies ahead of the query's.
     """
-    dist = (query_ids[:, :, None] - key_ids[:, None, :]).abs().to(dtype)  # (B, Tq, Tk)
+    dist = (query_ids[:, :, None] - key_ids[:, None, :]).abs().float()  # (B, Tq, Tk)
     if allowed is not None:  # on the (B, Tq, Tk) distances: the head axis is not yet there
         dist = dist.masked_fill(~allowed, float("inf"))  # -slope * inf = -inf
-    return -slopes.to(dtype)[None, :, None, None] * dist[:, None]
+    return (-slopes.float()[None, :, None, None] * dist[:, None]).to(dtype)  # one rounding to dtype
 
 
 def causal_mask(t: int, segments: torch.Tensor | None, device) -> torch.Tensor:
@@ -158,7 +158,7 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor, cache: dict | None = None, freqs=None, mask=None,
                 last: bool = False):
         """x (B, T, C) -> (B, T, C), or (B, 1, C) for the last position alone with `last`."""
-        y = self.attn(self.ln1(x), position_ids, cache, freqs, mask, last)
+        y = self.attn(self.ln1(x), position_ids, cache, freqs, mask, last=last)
         x = (x[:, -1:] if last else x) + y
         return x + self.mlp(self.ln2(x))
 
@@ -209,7 +209,7 @@ class Transformer(nn.Module):
         mask = None if past else self.attention_mask(position_ids, segments)
         top = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x = block(x, position_ids, None if cache is None else cache[i], freqs, mask, last_only and i == top)
+            x = block(x, position_ids, None if cache is None else cache[i], freqs, mask, last=last_only and i == top)
         return self.ln_f(x)
 
     def attention_mask(self, position_ids: torch.Tensor, segments: torch.Tensor | None = None):

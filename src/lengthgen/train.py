@@ -261,20 +261,18 @@ def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = ""
 
 
 def _write_outputs(model, cell, meta, rows, out_dir: Path, dev, code_digest, stopped) -> dict:
-    log = np.array(rows, dtype=np.float64).reshape(-1, 4)  # step, loss, accuracy, lr
-    tail = log[-20:]
+    history = {name: [row[i] for row in rows] for i, name in enumerate(("step", "loss", "accuracy", "lr"))}
     summary = {
-        "steps": len(log),
+        "steps": len(rows),
         "stopped": stopped,
-        "final_loss": float(tail[:, 1].mean()) if len(tail) else float("nan"),
-        "final_accuracy": float(tail[:, 2].mean()) if len(tail) else float("nan"),
+        "final_loss": float(np.mean(history["loss"][-20:])) if rows else float("nan"),
+        "final_accuracy": float(np.mean(history["accuracy"][-20:])) if rows else float("nan"),
     }
     task = {k: meta[k] for k in ("task", "kind", "params", "vocab")}
     with atomic_path(out_dir / "model.pt") as tmp:
         state = {k: v.cpu() for k, v in model.state_dict().items()}
         torch.save({"model_args": model.cfg.to_dict(), "state_dict": state, "cell": cell, "task": task, **summary}, tmp)
-    write_parquet(out_dir / "train_log.parquet",
-                  {"step": log[:, 0].astype(np.int64), "loss": log[:, 1], "accuracy": log[:, 2], "lr": log[:, 3]})
+    write_parquet(out_dir / "train_log.parquet", history)
     info = {
         "cell": cell,
         "code_digest": code_digest,
