@@ -89,6 +89,8 @@ def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print) -> list[
         log(f"{cell['task']}/{cell['scheme']}/seed{cell['seed']}: {metrics}")
     if not rows:
         raise UserError(f"{data_path}: no test examples; regenerate it")
-    columns = [*cell_axes, *group, "examples", "accuracy", "token_accuracy", "position_accuracy"]
-    write_parquet(out, {name: [row[name] for row in rows] for name in columns})
+    columns = {name: [row[name] for row in rows] for name in [*cell_axes, *group, "examples"]}
+    for name in ("accuracy", "token_accuracy", "position_accuracy"):  # float even when all NaN
+        columns[name] = np.array([row[name] for row in rows], dtype=np.float64)
+    write_parquet(out, columns)
     return rows
