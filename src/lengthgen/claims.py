@@ -38,8 +38,7 @@ def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int
     sweep = sweep.assign(model=sweep["scheme"].where(~mixture, sweep["scheme"] + "/" + sweep["task"]),
                          fits=fitted(sweep, train_max, cfg["fit_min"]))
     for name, g in sweep.groupby("model", sort=True):
-        unfit = g.loc[~g["fits"], ["task", "scheme", "seed"]].drop_duplicates()
-        names = ", ".join(f"{t}/{s}/seed{seed}" for t, s, seed in unfit.itertuples(index=False))
+        names = model_names(g[~g["fits"]])
         note = f"left out, unfit: {names}" if names else ""
         df = summarize(g[g["fits"]].drop(columns=["model", "fits"]))
         for n in long_enough:
@@ -51,6 +50,12 @@ def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int
 def _model_accuracy_at(sweep: pd.DataFrame, length: int) -> pd.Series:
     """Accuracy of each model (task, scheme, seed) at `length`, mean over k."""
     return sweep[sweep["length"] == length].groupby(["task", "scheme", "seed"])["accuracy"].mean()
+
+
+def model_names(rows: pd.DataFrame) -> str:
+    """'task/scheme/seedN, ...' of the distinct models among sweep rows ('' for none)."""
+    models = rows[["task", "scheme", "seed"]].drop_duplicates().itertuples(index=False)
+    return ", ".join(f"{t}/{s}/seed{seed}" for t, s, seed in models)
 
 
 def fitted(sweep: pd.DataFrame, train_max: int, fit_min: float):

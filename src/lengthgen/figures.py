@@ -54,8 +54,7 @@ def _fitted_only(df, train_max: int, fit_min: float | None):
         return df, []
     if not fits.any():  # nothing would be left to draw: draw every model and say so
         return df, [f"no model fits (accuracy < {fit_min:g} at n = {train_max}): every model drawn"]
-    unfit = df.loc[~fits, ["task", "scheme", "seed"]].drop_duplicates().itertuples(index=False)
-    names = ", ".join(f"{t}/{s}/seed{seed}" for t, s, seed in unfit)
+    names = claims.model_names(df[~fits])
     return df[fits], textwrap.wrap(f"left out (accuracy < {fit_min:g} at n = {train_max}): {names}", 110)
 
 
