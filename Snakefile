@@ -21,6 +21,18 @@ if CONFIG["language"]:
 
 
 
+onstart:
+    start_warm()
+
+
+onsuccess:
+    stop_warm()
+
+
+onerror:
+    stop_warm()
+
+
 rule all:
     input:
         "results/tables/length_sweep.csv",

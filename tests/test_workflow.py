@@ -2,6 +2,7 @@
 nothing to redo after a run; a task parameter reruns only that task; a model edit reruns
 training and what follows but not data; a figure edit reruns only the figure."""
 
+import os
 import re
 import shutil
 
@@ -94,6 +95,16 @@ def test_smoke_language_tables_figures_and_claim_3(smoke_run):
     claims = pd.read_csv(smoke_run / "results/tables/claims.csv", keep_default_na=False)
     language = claims[claims["claim"] == "3 language"]
     assert len(language) == 3 and set(language["result"]) <= {"PASS", "FAIL"}
+
+
+def test_local_jobs_fork_from_the_warm_start_server(smoke_run):
+    """The run's torch jobs ran in forks of one server (lengthgen.warm), and it is gone."""
+    log = (smoke_run / ".snakemake/lengthgen-warm.log").read_text()
+    ran = re.findall(r": (\S+): worker \d+$", log, flags=re.M)
+    assert {"train", "sweep", "train-lm", "score"} <= set(ran), log
+    assert "runs cold" not in log
+    socket = re.search(r"serving (\S+);", log).group(1)
+    assert not os.path.exists(os.path.dirname(socket)), "the server was stopped and its directory removed"
 
 
 def test_second_run_has_nothing_to_do(smoke_run):

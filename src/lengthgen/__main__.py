@@ -1,3 +1,11 @@
-from lengthgen.cli import main
+import sys
 
-raise SystemExit(main())
+from lengthgen import warm
+
+# A local Snakemake run starts a warm-start server (lengthgen.warm); without one, run here.
+code = warm.forward(sys.argv[1:])
+if code is None:
+    from lengthgen.cli import main
+
+    code = main()
+raise SystemExit(code)

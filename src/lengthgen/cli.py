@@ -47,6 +47,7 @@ def cmd_train(a) -> None:
 def cmd_sweep(a) -> None:
     from lengthgen import evaluate
 
+    _require(a.eval, ("device", "threads", "batch_size"), "--eval")
     evaluate.length_sweep(a.model, a.data, a.out, a.eval, log=_log)
 
 

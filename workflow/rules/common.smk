@@ -15,6 +15,7 @@ from lengthgen import config as lgconfig  # noqa: E402
 from lengthgen.digest import stage_digest  # noqa: E402
 from lengthgen.errors import UserError  # noqa: E402
 from lengthgen.fileio import canonical_json  # noqa: E402
+from snakemake.settings.types import DeploymentMethod  # noqa: E402
 
 try:
     CONFIG = lgconfig.validate(config, lgconfig.load_yaml(Path(workflow.basedir) / "workflow/schemas/config.schema.yaml"))
@@ -43,6 +44,28 @@ CODE = {
 }
 
 TASK_NAMES = [t["name"] for t in CONFIG["tasks"]]
+
+# Warm start (lengthgen.warm): a local run's jobs fork from one server that has imported torch.
+# Cluster jobs and conda environments run in interpreters of their own, so they start cold.
+WARM = []
+
+
+def start_warm():
+    uses_conda = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+    if CONFIG["warm_start"] and workflow.local_exec and not uses_conda:
+        from lengthgen import warm
+
+        handle = warm.start(".snakemake/lengthgen-warm.log")
+        if handle:
+            WARM.append(handle)
+
+
+def stop_warm():
+    from lengthgen import warm
+
+    while WARM:
+        warm.stop(*WARM.pop())
+
 
 # Training and sweep jobs ask for a GPU only when they will use one, so that CPU runs are not
 # serialized by the profile's `gpu` limit; under SLURM this becomes the job's GPU request.

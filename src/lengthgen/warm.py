@@ -1,0 +1,267 @@
+"""Warm start: local jobs fork from one process that has already imported torch.
+
+`import torch` is 2.3-2.9 s of every training and sweep job on the 2-core reference machine,
+about a tenth of the default run's CPU time (114 such jobs). For a local Snakemake run the
+workflow starts one server (`start`, from `onstart`); each `python -m lengthgen ...` job then
+sends its argv, working directory, environment and standard streams over a Unix socket, and
+a fork of the server runs the command with them. lengthgen's own modules are imported after
+the fork, from disk, so an edited src/ is always what runs; the server holds only torch (and
+numpy) and never runs a torch op, so no thread pool, RNG or CUDA state is inherited. Not pandas
+or pyarrow: 0.04-0.4 s, and pyarrow starts an allocator thread, which a fork does not copy.
+
+Nothing changes for the job's caller: the exit status and stdout/stderr (the log files) are
+the worker's, and a job ended by any signal takes its worker with it. A job runs cold (in its
+own process, as without a server) whenever the server is absent or differs from it: another
+interpreter or sys.path (conda environments), or another cgroup (a SLURM job, which must not
+run inside the server's).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+ENV = "LENGTHGEN_WARM"  # the server's socket path; jobs run warm when it is set
+PRELOAD = ("torch",)
+_HEADER = struct.Struct(">I")
+
+
+def _cgroup() -> str:
+    try:
+        return Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return ""
+
+
+def _identity() -> dict:
+    """What server and job must share for a fork of one to stand in for the other."""
+    return {"prefix": sys.prefix, "executable": os.path.realpath(sys.executable), "path": sys.path,
+            "cgroup": _cgroup()}
+
+
+# -- the job's side -------------------------------------------------------------------------
+
+
+def forward(argv: list[str]) -> int | None:
+    """Run `python -m lengthgen argv` in a fork of the server; its exit status, or None when
+    there is no server to use (the caller then runs the command itself)."""
+    path = os.environ.get(ENV)
+    if not path:
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+        umask = os.umask(0)
+        os.umask(umask)
+        request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask, **_identity()}
+        payload = json.dumps(request).encode()
+        socket.send_fds(conn, [_HEADER.pack(len(payload))], [0, 1, 2])
+        conn.sendall(payload)
+        reply = _read_line(conn)
+    except OSError:
+        conn.close()
+        return None
+    if reply is None or "pid" not in reply:  # refused (not the same environment): run cold
+        conn.close()
+        return None
+    return _wait(conn)
+
+
+def _wait(conn: socket.socket) -> int:
+    """The worker's exit status. A signal that ends this process ends the worker too: it
+    watches this end of the socket (`_exit_with_job`)."""
+    reply = _read_line(conn)
+    if reply is None:
+        print("lengthgen: error: the warm-start worker ended without an exit status (killed?)", file=sys.stderr)
+        return 1
+    return reply["exit"]
+
+
+def _read_line(conn: socket.socket) -> dict | None:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(4096)
+        if not chunk:
+            return None
+        data += chunk
+    return json.loads(data)
+
+
+# -- the server's side ----------------------------------------------------------------------
+
+
+def serve(path: str, parent: int) -> None:
+    """Accept jobs on the socket at `path` until the `parent` process (Snakemake) exits."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)  # bound before the imports: an early job waits for them, not imports too
+    started = time.perf_counter()
+    for name in PRELOAD:
+        __import__(name)
+    _log(f"serving {path}; preloaded {', '.join(PRELOAD)} in {time.perf_counter() - started:.1f} s")
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
+    listener.settimeout(1.0)
+    while os.getppid() == parent:
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        conn.settimeout(10.0)  # a request is sent at once; a stalled job must not stall the rest
+        _handle(listener, conn)
+    _log("parent exited; stopping")
+    listener.close()
+    shutil.rmtree(Path(path).parent, ignore_errors=True)  # `stop` never ran: leave nothing behind
+
+
+def _handle(listener: socket.socket, conn: socket.socket) -> None:
+    """Fork a worker for the job on `conn`, or tell it to run cold."""
+    request, fds = _read_request(conn)
+    command = " ".join((request or {}).get("argv", [])[:1])
+    differ = [key for key, value in _identity().items() if request and request.get(key) != value]
+    pid = None
+    if request and not differ and len(fds) == 3:
+        try:
+            pid = os.fork()
+        except OSError as err:
+            differ = [f"fork ({err})"]
+    if pid == 0:
+        listener.close()
+        _worker(conn, request, fds)  # never returns
+    if pid:
+        _log(f"{command}: worker {pid}")
+    elif request:
+        _log(f"{command}: runs cold ({', '.join(differ) or 'streams'} differ)")
+        with contextlib.suppress(OSError):
+            conn.sendall(b'{"refused": true}\n')
+    for fd in fds:
+        os.close(fd)
+    conn.close()
+
+
+def _read_request(conn: socket.socket) -> tuple[dict | None, list[int]]:
+    """The job's request and its three stream descriptors, or (None, fds) if it broke off."""
+    fds = []
+    try:
+        header, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 3)
+        (size,) = _HEADER.unpack(header)
+        payload = b""
+        while len(payload) < size:
+            chunk = conn.recv(size - len(payload))
+            if not chunk:
+                raise ConnectionError("the job closed the socket mid-request")
+            payload += chunk
+        return json.loads(payload), fds
+    except (OSError, ValueError, struct.error) as err:
+        _log(f"bad request ({err})")
+        return None, fds
+
+
+def _worker(conn: socket.socket, request: dict, fds: list[int]) -> None:
+    """In the fork: become the job, run it, report its status, exit."""
+    code = 1
+    try:
+        _become(request, fds)
+        conn.settimeout(None)
+        conn.sendall(json.dumps({"pid": os.getpid()}).encode() + b"\n")
+        threading.Thread(target=_exit_with_job, args=(conn,), daemon=True).start()
+        code = _run(request["argv"])
+        conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)  # never unwind into the server's loop
+
+
+def _become(request: dict, fds: list[int]) -> None:
+    """Take the job's streams, directory, umask, environment and argv."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    sys.stdin, sys.stdout, sys.stderr = (open(fd, mode, closefd=False, buffering=1 if fd else -1)
+                                         for fd, mode in ((0, "r"), (1, "w"), (2, "w")))
+    for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)  # a signal the job passes on ends the worker
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.environ.pop(ENV)  # the job itself runs here; anything it starts runs cold
+    sys.argv = ["lengthgen", *request["argv"]]
+    for name in [m for m in sys.modules if m == "lengthgen" or m.startswith("lengthgen.")]:
+        del sys.modules[name]  # the server's copy may be older than src/: import it afresh
+
+
+def _run(argv: list[str]) -> int:
+    """`python -m lengthgen argv` in this process: the exit status it would have."""
+    try:
+        from lengthgen.cli import main
+
+        code = main(argv)
+    except SystemExit as exit_:  # as the interpreter maps it to a status
+        code = 0 if exit_.code is None else exit_.code
+        if not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    return code
+
+
+def _exit_with_job(conn: socket.socket) -> None:
+    """The job sends nothing after its request: end of stream means it was killed."""
+    while conn.recv(1):
+        pass
+    os._exit(1)
+
+
+def _log(msg: str) -> None:
+    print(f"lengthgen warm start [{os.getpid()}]: {msg}", file=sys.stderr, flush=True)
+
+
+# -- the workflow's side ----------------------------------------------------------------------
+
+
+def start(log_path) -> tuple[subprocess.Popen, Path] | None:
+    """Start a server for this process's jobs and point them at it (ENV); see `stop`. None
+    (and jobs run cold) when it cannot start: a speed-up must never fail a run."""
+    directory = Path(tempfile.mkdtemp(prefix="lengthgen-warm-"))  # 0700: this user's jobs only
+    python = shutil.which("python") or sys.executable  # the interpreter the jobs' `python` is
+    try:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a") as log:
+            server = subprocess.Popen([python, "-m", "lengthgen.warm", str(directory / "socket"), str(os.getpid())],
+                                      stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                      env={k: v for k, v in os.environ.items() if k != ENV})
+    except OSError as err:
+        print(f"lengthgen: warm start off ({err}); every job imports torch itself", file=sys.stderr)
+        shutil.rmtree(directory, ignore_errors=True)
+        return None
+    os.environ[ENV] = str(directory / "socket")
+    return server, directory
+
+
+def stop(server: subprocess.Popen, directory: Path) -> None:
+    os.environ.pop(ENV, None)
+    server.terminate()
+    server.wait()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], int(sys.argv[2]))

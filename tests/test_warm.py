@@ -1,0 +1,115 @@
+"""Warm start (lengthgen.warm): a job forked from the server behaves as the same job run cold:
+its streams, exit status and signals; a job from another interpreter path runs cold; a job
+killed outright takes its worker with it; the server goes when its parent does."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import PYTHON, REPO, make_cell, sparse_parity_task, venv_env, write_dataset
+
+from lengthgen import warm
+from lengthgen.fileio import canonical_json
+
+EVAL = canonical_json({"device": "cpu", "threads": 1, "batch_size": 8})
+
+
+def _wait_for(predicate, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")  # a zombie has ended; only its parent's reaping is left
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A warm-start server for this module's jobs, as the workflow's `onstart` starts one."""
+    log = tmp_path_factory.mktemp("warm") / "warm.log"
+    saved = dict(os.environ)
+    os.environ.update(venv_env(PYTHONPATH=str(REPO / "src")))
+    handle = warm.start(log)
+    assert handle is not None
+    _wait_for(lambda: log.exists() and "preloaded torch" in log.read_text(), "the server's imports")
+    yield log
+    warm.stop(*handle)
+    os.environ.clear()
+    os.environ.update(saved)
+    assert not handle[1].exists(), "stop removes the socket's directory"
+
+
+def _job(*args, **kwargs) -> list[str]:
+    return [PYTHON, "-m", "lengthgen", *map(str, args)]
+
+
+def _workers(log) -> list[tuple[str, int]]:
+    return [(cmd, int(pid)) for cmd, pid in re.findall(r": (\S+): worker (\d+)$", log.read_text(), flags=re.M)]
+
+
+def test_a_job_runs_in_a_worker_with_its_streams_and_exit_status(server, tmp_path):
+    before = len(_workers(server))
+    bad = subprocess.run(_job("sweep", "--model", tmp_path / "missing.pt", "--data", "x", "--eval", EVAL,
+                              "--out", tmp_path / "out.parquet"), capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert bad.stderr == f"lengthgen: error: {tmp_path / 'missing.pt'}: checkpoint not found\n"
+    usage = subprocess.run(_job("diff", "--help"), capture_output=True, text=True)
+    assert usage.returncode == 0 and usage.stdout.startswith("usage: ") and usage.stderr == ""
+    assert [cmd for cmd, _ in _workers(server)[before:]] == ["sweep", "diff"]
+
+
+def test_a_job_on_another_sys_path_runs_cold(server, tmp_path):
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{tmp_path}"}
+    before = len(_workers(server))
+    done = subprocess.run(_job("diff", "--help"), capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and done.stdout.startswith("usage: ")
+    assert len(_workers(server)) == before
+    assert server.read_text().rstrip().endswith("diff: runs cold (path differ)")
+
+
+@pytest.fixture(scope="module")
+def long_training(tmp_path_factory):
+    """A training command that runs far longer than a test waits."""
+    data = write_dataset(tmp_path_factory.mktemp("data"), sparse_parity_task(train_examples=256))
+    cell = make_cell(max_steps=10**6, log_every=10**6)
+    def command(out):
+        return _job("train", "--cell", canonical_json(cell), "--data", data["train"], "--out-dir", out,
+                    "--checkpoint", out / "last.pt")
+    return command
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_signalled_job_ends_its_worker(server, tmp_path, long_training, signum):
+    before = len(_workers(server))
+    log = tmp_path / "train.log"
+    with open(log, "w") as stderr:
+        job = subprocess.Popen(long_training(tmp_path / "run"), stderr=stderr)
+    _wait_for(lambda: "parameters on cpu" in log.read_text(), "training to start")
+    (cmd, pid), = _workers(server)[before:]
+    assert cmd == "train" and not _gone(pid)
+    job.send_signal(signum)
+    assert job.wait(timeout=30) == -signum, "the job ends as a cold one would, by the signal"
+    _wait_for(lambda: _gone(pid), "the worker to end", timeout=10)
+    assert not (tmp_path / "run" / "model.pt").exists()
+
+
+def test_the_server_ends_with_its_parent(tmp_path):
+    code = (f"import sys; sys.path.insert(0, {str(REPO / 'src')!r}); from lengthgen import warm; "
+            f"server, directory = warm.start({str(tmp_path / 'warm.log')!r}); print(server.pid, directory)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env=venv_env(PYTHONPATH=str(REPO / "src")))
+    pid, directory = done.stdout.split()
+    _wait_for(lambda: _gone(int(pid)), "the orphaned server to stop", timeout=30)
+    assert "parent exited; stopping" in (tmp_path / "warm.log").read_text()
+    assert not os.path.exists(directory), "it removes its socket's directory"
