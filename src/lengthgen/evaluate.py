@@ -67,7 +67,7 @@ def _group_metrics(model, arrays: dict, idx: np.ndarray, opts: dict, eos: int, b
 
 
 @torch.no_grad()
-def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print) -> list[dict]:
+def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print) -> None:
     """Write one row per test group (length, k or depth) with exact match (`accuracy`), token
     accuracy and, for a position head, the accuracy of the IDs it fed back, all decoded."""
     dev = devices.resolve(eval_cfg["device"], eval_cfg["threads"])
@@ -93,4 +93,3 @@ def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print) -> list[
     for name in ("accuracy", "token_accuracy", "position_accuracy"):  # float even when all NaN
         columns[name] = np.array([row[name] for row in rows], dtype=np.float64)
     write_parquet(out, columns)
-    return rows

@@ -38,8 +38,8 @@ def write_text(path, text: str) -> None:
 def write_parquet(path, columns: dict) -> None:
     """Write equal-length columns (name -> list or array) as one Parquet table, all or nothing.
 
-    pyarrow alone: the training and sweep jobs need no pandas, whose import is a tenth of a
-    short job (0.3-0.9 s of each of a hundred jobs)."""
+    pyarrow alone: the training and sweep jobs need no pandas, whose import is 0.35-0.8 s of
+    each of a hundred short jobs (importing pyarrow too, against torch alone)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

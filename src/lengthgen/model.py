@@ -138,8 +138,7 @@ class CausalSelfAttention(nn.Module):
         if mask is None and self.cfg.encoding == "alibi":
             allowed = causal_mask(t, None, x.device) if causal else None
             mask = alibi_bias(query_ids, key_ids, self.slopes, q.dtype, allowed)
-        if mask is not None:
-            mask = mask if mask.dtype in (torch.bool, q.dtype) else mask.to(q.dtype)  # bf16 under autocast
+        if mask is not None:  # bool, or ALiBi's bias already in q's dtype (see attention_mask)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=drop)
