@@ -62,6 +62,7 @@ def forward(argv: list[str]) -> int | None:
     if not path:
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    replies = conn.makefile("rb")  # one JSON object per line: the worker's pid, then its status
     try:
         conn.connect(path)
         umask = os.umask(0)
@@ -70,34 +71,27 @@ def forward(argv: list[str]) -> int | None:
         payload = json.dumps(request).encode()
         socket.send_fds(conn, [_HEADER.pack(len(payload))], [0, 1, 2])
         conn.sendall(payload)
-        reply = _read_line(conn)
     except OSError:
         conn.close()
         return None
-    if reply is None or "pid" not in reply:  # refused (not the same environment): run cold
+    if "pid" not in _reply(replies):  # refused (not the same environment), or no worker: run cold
         conn.close()
         return None
-    return _wait(conn)
-
-
-def _wait(conn: socket.socket) -> int:
-    """The worker's exit status. A signal that ends this process ends the worker too: it
-    watches this end of the socket (`_exit_with_job`)."""
-    reply = _read_line(conn)
-    if reply is None:
+    # A signal that ends this process ends the worker too: it watches this end of the socket.
+    status = _reply(replies)
+    if "exit" not in status:
         print("lengthgen: error: the warm-start worker ended without an exit status (killed?)", file=sys.stderr)
         return 1
-    return reply["exit"]
+    return status["exit"]
 
 
-def _read_line(conn: socket.socket) -> dict | None:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = conn.recv(4096)
-        if not chunk:
-            return None
-        data += chunk
-    return json.loads(data)
+def _reply(replies) -> dict:
+    """The next line from the server or worker, or {} if the connection ended without one."""
+    try:
+        line = replies.readline()
+        return json.loads(line) if line.endswith(b"\n") else {}
+    except (OSError, ValueError):
+        return {}
 
 
 # -- the server's side ----------------------------------------------------------------------
