@@ -61,7 +61,7 @@ def start_server(tmp: Path):
     from lengthgen import warm
 
     log = tmp / "warm.log"
-    handle = warm.start(log)
+    handle = warm.start(log, 1)
     deadline = time.monotonic() + 120
     while "preloaded" not in (log.read_text() if log.exists() else ""):
         if time.monotonic() > deadline:
@@ -75,7 +75,8 @@ def run(opts: Options) -> Section:
 
     cfg = default_config()
     saved = dict(os.environ)
-    os.environ.update(PYTHONPATH=str(ROOT / "src"), PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    os.environ.update(PYTHONPATH=str(ROOT / "src"), PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+                      **dict.fromkeys(warm.THREAD_ENV, "1"))  # as Snakemake's shell sets them for a job
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="lengthgen-bench-start-") as d:

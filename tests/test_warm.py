@@ -39,8 +39,9 @@ def server(tmp_path_factory):
     """A warm-start server for this module's jobs, as the workflow's `onstart` starts one."""
     log = tmp_path_factory.mktemp("warm") / "warm.log"
     saved = dict(os.environ)
-    os.environ.update(venv_env(PYTHONPATH=str(REPO / "src")))
-    handle = warm.start(log)
+    # the jobs' environment as Snakemake's shell makes it for a one-thread job
+    os.environ.update(venv_env(PYTHONPATH=str(REPO / "src"), **dict.fromkeys(warm.THREAD_ENV, "1")))
+    handle = warm.start(log, 1)
     assert handle is not None
     _wait_for(lambda: log.exists() and "preloaded torch" in log.read_text(), "the server's imports")
     yield log
@@ -69,13 +70,16 @@ def test_a_job_runs_in_a_worker_with_its_streams_and_exit_status(server, tmp_pat
     assert [cmd for cmd, _ in _workers(server)[before:]] == ["sweep", "diff"]
 
 
-def test_a_job_on_another_sys_path_runs_cold(server, tmp_path):
-    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{tmp_path}"}
+@pytest.mark.parametrize(("variable", "differ"), [
+    ("PYTHONPATH", "path, environment"), ("PYTHONHASHSEED", "environment"), ("OMP_NUM_THREADS", "environment"),
+])
+def test_a_job_started_differently_runs_cold(server, tmp_path, variable, differ):
+    value = f"{REPO / 'src'}{os.pathsep}{tmp_path}" if variable == "PYTHONPATH" else "2"
     before = len(_workers(server))
-    done = subprocess.run(_job("diff", "--help"), capture_output=True, text=True, env=env)
+    done = subprocess.run(_job("diff", "--help"), capture_output=True, text=True, env={**os.environ, variable: value})
     assert done.returncode == 0 and done.stdout.startswith("usage: ")
     assert len(_workers(server)) == before
-    assert server.read_text().rstrip().endswith("diff: runs cold (path differ)")
+    assert server.read_text().rstrip().endswith(f"diff: runs cold ({differ} differ)")
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +110,7 @@ def test_a_signalled_job_ends_its_worker(server, tmp_path, long_training, signum
 
 def test_the_server_ends_with_its_parent(tmp_path):
     code = (f"import sys; sys.path.insert(0, {str(REPO / 'src')!r}); from lengthgen import warm; "
-            f"server, directory = warm.start({str(tmp_path / 'warm.log')!r}); print(server.pid, directory)")
+            f"server, directory = warm.start({str(tmp_path / 'warm.log')!r}, 1); print(server.pid, directory)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env=venv_env(PYTHONPATH=str(REPO / "src")))
     pid, directory = done.stdout.split()

@@ -12,8 +12,8 @@ or pyarrow: 0.04-0.4 s, and pyarrow starts an allocator thread, which a fork doe
 Nothing changes for the job's caller: the exit status and stdout/stderr (the log files) are
 the worker's, and a job ended by any signal takes its worker with it. A job runs cold (in its
 own process, as without a server) whenever the server is absent or differs from it: another
-interpreter or sys.path (conda environments), or another cgroup (a SLURM job, which must not
-run inside the server's).
+interpreter, sys.path or start-up environment (conda environments, PYTHONHASHSEED, OMP_*), or
+another cgroup (a SLURM job, which must not run inside the server's).
 """
 
 from __future__ import annotations
@@ -46,10 +46,15 @@ def _cgroup() -> str:
         return ""
 
 
+# Variables read when the interpreter or torch's libraries start (hash seed, thread counts, ...):
+# a job that sets them differently must start its own interpreter.
+_START_ENV = ("PYTHON", "OMP_", "MKL_", "KMP_", "OPENBLAS", "TORCH", "PYTORCH", "LD_")
+
+
 def _identity() -> dict:
     """What server and job must share for a fork of one to stand in for the other."""
     return {"prefix": sys.prefix, "executable": os.path.realpath(sys.executable), "path": sys.path,
-            "cgroup": _cgroup()}
+            "cgroup": _cgroup(), "environment": {k: v for k, v in os.environ.items() if k.startswith(_START_ENV)}}
 
 
 # -- the job's side -------------------------------------------------------------------------
@@ -231,9 +236,14 @@ def _log(msg: str) -> None:
 # -- the workflow's side ----------------------------------------------------------------------
 
 
-def start(log_path) -> tuple[subprocess.Popen, Path] | None:
-    """Start a server for this process's jobs and point them at it (ENV); see `stop`. None
-    (and jobs run cold) when it cannot start: a speed-up must never fail a run."""
+# What Snakemake's shell sets for a job of `threads` threads, before the job's interpreter starts.
+THREAD_ENV = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+              "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def start(log_path, threads: int) -> tuple[subprocess.Popen, Path] | None:
+    """Start a server for this process's jobs of `threads` threads and point them at it (ENV);
+    see `stop`. None (and jobs run cold) when it cannot start: a speed-up must never fail a run."""
     directory = Path(tempfile.mkdtemp(prefix="lengthgen-warm-"))  # 0700: this user's jobs only
     python = shutil.which("python") or sys.executable  # the interpreter the jobs' `python` is
     try:
@@ -241,7 +251,8 @@ def start(log_path) -> tuple[subprocess.Popen, Path] | None:
         with open(log_path, "a") as log:
             server = subprocess.Popen([python, "-m", "lengthgen.warm", str(directory / "socket"), str(os.getpid())],
                                       stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                      env={k: v for k, v in os.environ.items() if k != ENV})
+                                      env={**{k: v for k, v in os.environ.items() if k != ENV},
+                                           **dict.fromkeys(THREAD_ENV, str(threads))})
     except OSError as err:
         print(f"lengthgen: warm start off ({err}); every job imports torch itself", file=sys.stderr)
         shutil.rmtree(directory, ignore_errors=True)

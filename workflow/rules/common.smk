@@ -55,7 +55,7 @@ def start_warm():
     if CONFIG["warm_start"] and workflow.local_exec and not uses_conda:
         from lengthgen import warm
 
-        handle = warm.start(".snakemake/lengthgen-warm.log")
+        handle = warm.start(".snakemake/lengthgen-warm.log", CONFIG["threads"])
         if handle:
             WARM.append(handle)
 
