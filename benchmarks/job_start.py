@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -105,7 +104,3 @@ def run(opts: Options) -> Section:
           + md_table(rows, [("command", "command"), ("cold_s", "cold s"), ("warm_s", "warm s"),
                             ("saved_s", "saved s"), ("ratio", "cold / warm"), ("runs", "runs")]))
     return Section(NAME, TITLE, rows, md)
-
-
-if __name__ == "__main__":
-    sys.exit("run it through benchmarks/run.py --only job_start")

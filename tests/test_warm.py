@@ -1,5 +1,5 @@
 """Warm start (lengthgen.warm): a job forked from the server behaves as the same job run cold:
-its streams, exit status and signals; a job from another interpreter path runs cold; a job
+its streams, exit status and signals; a job started differently runs cold; a job
 killed outright takes its worker with it; the server goes when its parent does."""
 
 import os
@@ -51,7 +51,7 @@ def server(tmp_path_factory):
     assert not handle[1].exists(), "stop removes the socket's directory"
 
 
-def _job(*args, **kwargs) -> list[str]:
+def _job(*args) -> list[str]:
     return [PYTHON, "-m", "lengthgen", *map(str, args)]
 
 
