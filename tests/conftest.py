@@ -45,6 +45,15 @@ TINY_MODEL = {"n_layer": 1, "d_model": 16, "n_head": 2, "d_ff": 32, "dropout": 0
 SPARSE_PARITY_DEFAULTS = {"k": 1, "k_mode": "fixed", "n_min": 10, "n_max": 20, "locality": None}
 
 
+def pytest_sessionstart(session) -> None:
+    """Remove a SLURM test cluster's configuration link left by a run killed mid-test: it
+    names a controller that is gone, and every Snakemake start below would wait ~9 s for it."""
+    from slurm_cluster import SYSTEM_CONF, repair_unless_busy
+
+    if repair_unless_busy():
+        print(f"\nconftest: removed {SYSTEM_CONF}, left by a SLURM test killed before its teardown", file=sys.stderr)
+
+
 # -- helpers ------------------------------------------------------------------------------
 
 

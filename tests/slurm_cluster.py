@@ -10,7 +10,9 @@ The one global change is `/etc/slurm/slurm.conf`: inside every job the executor 
 all `SLURM_*` variables (SLURM_CONF included) before its inner `srun`, so the configuration
 must be readable at the default path. It is a symlink to the scratch configuration while the
 cluster runs; whatever was there before is moved aside and put back on `stop()`. A file lock
-keeps two test runs on one machine from sharing that path.
+keeps two test runs on one machine from sharing that path. A run killed before `stop()` leaves
+its link behind, to a controller that is gone; `repair_system_conf()` undoes that (the next
+cluster's `start()`, and conftest at the start of every session).
 
 Every process started here (daemons, and through them slurmstepd and the jobs) carries the
 environment variable MARKER=<this cluster's id>; `stop()` ends any of them still alive by PID,
@@ -37,6 +39,7 @@ MARKER = "LENGTHGEN_SLURM_TEST_CLUSTER"
 SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
 BACKUP_CONF = SYSTEM_CONF.with_name("slurm.conf.lengthgen-test-backup")
 LOCK_FILE = Path("/tmp/lengthgen-slurm-test.lock")
+HEADER = "# one-node test cluster written by tests/slurm_cluster.py"
 
 
 def _which(name: str) -> str | None:
@@ -54,6 +57,50 @@ def unavailable() -> str | None:
             "apt-get install slurmctld slurmd slurm-client munge"
         )
     return None
+
+
+def _left_by_a_test(path: Path) -> bool:
+    """Whether `path` is a link to a test cluster's configuration (or a dangling link)."""
+    if not path.is_symlink():
+        return False
+    try:
+        with open(path) as f:
+            return f.readline().rstrip("\n") == HEADER
+    except OSError:  # dangling: its scratch directory is gone
+        return True
+
+
+def repair_system_conf() -> bool:
+    """Undo what a run killed before its `stop()` left at SYSTEM_CONF (its link, and the
+    original moved aside); whether there was any. Call with the lock held. Why it matters: the
+    link names a controller that is gone, and every `scontrol` then waits ~9 s for it; the SLURM
+    plugin runs `scontrol show config` whenever Snakemake starts, so every Snakemake command
+    would pay that."""
+    found = False
+    while _left_by_a_test(SYSTEM_CONF):
+        found = True
+        SYSTEM_CONF.unlink()
+        if not (BACKUP_CONF.exists() or BACKUP_CONF.is_symlink()):
+            break
+        BACKUP_CONF.rename(SYSTEM_CONF)  # itself a leftover when runs were killed twice
+    return found
+
+
+def repair_unless_busy() -> bool:
+    """`repair_system_conf()` as root when no other test run holds the lock; whether it
+    found a leftover."""
+    if os.name != "posix" or os.geteuid() != 0:
+        return False
+    fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # a running cluster's link is not a leftover
+        os.close(fd)
+        return False
+    try:
+        return repair_system_conf()
+    finally:
+        os.close(fd)  # releases the flock
 
 
 def _free_port() -> int:
@@ -131,7 +178,7 @@ class SlurmCluster:
         self.node = name
         (self.root / "etc" / "plugstack.conf").write_text("")
         self.conf.write_text("\n".join([
-            "# one-node test cluster written by tests/slurm_cluster.py",
+            HEADER,
             "ClusterName=lengthgen-test",
             f"SlurmctldHost={name}(127.0.0.1)",
             f"SlurmctldPort={_free_port()}",
@@ -221,11 +268,7 @@ class SlurmCluster:
                 time.sleep(1)
 
     def _link_system_conf(self) -> None:
-        # a run killed before its teardown leaves a dangling link and maybe a backup: repair
-        if SYSTEM_CONF.is_symlink() and not SYSTEM_CONF.exists():
-            SYSTEM_CONF.unlink()
-            if BACKUP_CONF.exists() or BACKUP_CONF.is_symlink():
-                BACKUP_CONF.rename(SYSTEM_CONF)
+        repair_system_conf()
         if not SYSTEM_CONF.parent.exists():
             SYSTEM_CONF.parent.mkdir(parents=True)
             self._made_etc_dir = True

@@ -7,7 +7,8 @@ completes it; that every non-local job ran inside a SLURM batch job (the control
 `scontrol show job` and each job's own log agree) while the aggregation rules ran locally; and
 that results/tables/ is byte-identical to a local run of the same configuration. It needs root
 and the Debian packages slurmctld, slurmd, slurm-client and munge, and skips with one line
-otherwise. A quick dry run checks the profile's resource expressions without any SLURM.
+otherwise. A quick dry run checks the profile's resource expressions without any SLURM, and
+two tests check that what a killed run leaves at /etc/slurm/slurm.conf is undone, and only that.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import time
 from pathlib import Path
 
 import pytest
+import slurm_cluster
 import yaml
 from conftest import VENV_BIN, copy_workflow, venv_env
-from slurm_cluster import SlurmCluster, unavailable
+from slurm_cluster import HEADER, SlurmCluster, unavailable
 
 LOCAL_RULES = {"aggregate", "claims", "figure_sparse_parity", "provenance", "all"}
 # One training job of this task and scheme (whichever seed first runs with a checkpoint) is
@@ -182,6 +184,51 @@ def cluster(tmp_path):
         signal.signal(signal.SIGTERM, previous)
     assert not cluster.marked_pids(), "processes of the test cluster outlived it"
     assert not leftovers, f"had to kill leftover processes of the test cluster: {leftovers}"
+
+
+def _system_paths(tmp_path, monkeypatch) -> tuple[Path, Path]:
+    """SYSTEM_CONF and BACKUP_CONF moved into tmp_path."""
+    system = tmp_path / "etc" / "slurm.conf"
+    system.parent.mkdir()
+    backup = system.with_name("slurm.conf.backup")
+    monkeypatch.setattr(slurm_cluster, "SYSTEM_CONF", system)
+    monkeypatch.setattr(slurm_cluster, "BACKUP_CONF", backup)
+    return system, backup
+
+
+@pytest.mark.parametrize("moved_aside", [None, "site", "leftover"])
+def test_a_killed_runs_configuration_link_is_undone(tmp_path, monkeypatch, moved_aside):
+    """A run killed before stop() leaves a link to its configuration (whose controller is gone)
+    and maybe the site's file moved aside, itself a leftover when runs were killed twice."""
+    system, backup = _system_paths(tmp_path, monkeypatch)
+    old = tmp_path / "old-run" / "slurm.conf"
+    old.parent.mkdir()
+    old.write_text(f"{HEADER}\nClusterName=lengthgen-test\n")
+    system.symlink_to(old)
+    if moved_aside == "site":
+        backup.write_text("ClusterName=site\n")
+    elif moved_aside == "leftover":
+        backup.symlink_to(tmp_path / "gone" / "slurm.conf")  # its scratch directory was removed
+    assert slurm_cluster.repair_system_conf()
+    assert not backup.exists() and not backup.is_symlink()
+    if moved_aside == "site":
+        assert not system.is_symlink() and system.read_text() == "ClusterName=site\n"
+    else:
+        assert not system.exists() and not system.is_symlink()
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_a_site_configuration_is_not_a_leftover(tmp_path, monkeypatch, kind):
+    system, backup = _system_paths(tmp_path, monkeypatch)
+    site = tmp_path / "site.conf"
+    site.write_text("ClusterName=site\n")
+    if kind == "file":
+        system.write_text(site.read_text())
+    else:
+        system.symlink_to(site)
+    assert not slurm_cluster.repair_system_conf()
+    assert system.is_symlink() == (kind == "link") and system.read_text() == "ClusterName=site\n"
+    assert not backup.exists()
 
 
 @pytest.mark.workflow
