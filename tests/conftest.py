@@ -46,12 +46,14 @@ SPARSE_PARITY_DEFAULTS = {"k": 1, "k_mode": "fixed", "n_min": 10, "n_max": 20, "
 
 
 def pytest_sessionstart(session) -> None:
-    """Remove a SLURM test cluster's configuration link left by a run killed mid-test: it
-    names a controller that is gone, and every Snakemake start below would wait ~9 s for it."""
-    from slurm_cluster import SYSTEM_CONF, repair_unless_busy
+    """Undo what a SLURM test run killed mid-test left: its daemons, and its configuration link,
+    which names a controller that is gone (every Snakemake start below would wait ~9 s for it)."""
+    from slurm_cluster import repair_unless_busy
 
-    if repair_unless_busy():
-        print(f"\nconftest: removed {SYSTEM_CONF}, left by a SLURM test killed before its teardown", file=sys.stderr)
+    undone = repair_unless_busy()
+    if undone:
+        print(f"\nconftest: a SLURM test run was killed before its teardown; removed {', '.join(undone)}",
+              file=sys.stderr)
 
 
 # -- helpers ------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ all `SLURM_*` variables (SLURM_CONF included) before its inner `srun`, so the co
 must be readable at the default path. It is a symlink to the scratch configuration while the
 cluster runs; whatever was there before is moved aside and put back on `stop()`. A file lock
 keeps two test runs on one machine from sharing that path. A run killed before `stop()` leaves
-its link behind, to a controller that is gone; `repair_system_conf()` undoes that (the next
-cluster's `start()`, and conftest at the start of every session).
+its daemons, its munge directory and its link behind; `repair_unless_busy()`, called by conftest
+at the start of every session, undoes all three when no other run holds the lock (and every
+`start()` repairs the link).
 
 Every process started here (daemons, and through them slurmstepd and the jobs) carries the
 environment variable MARKER=<this cluster's id>; `stop()` ends any of them still alive by PID,
@@ -21,6 +22,7 @@ so nothing is left behind even when a job or a daemon misbehaved.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import secrets
@@ -40,6 +42,7 @@ SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
 BACKUP_CONF = SYSTEM_CONF.with_name("slurm.conf.lengthgen-test-backup")
 LOCK_FILE = Path("/tmp/lengthgen-slurm-test.lock")
 HEADER = "# one-node test cluster written by tests/slurm_cluster.py"
+MUNGE_PARENT, MUNGE_PREFIX = Path("/tmp"), "lengthgen-munge-"  # + a random suffix
 
 
 def _which(name: str) -> str | None:
@@ -59,6 +62,10 @@ def unavailable() -> str | None:
     return None
 
 
+def _present(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
 def _left_by_a_test(path: Path) -> bool:
     """Whether `path` is a link to a test cluster's configuration (or a dangling link)."""
     if not path.is_symlink():
@@ -70,35 +77,61 @@ def _left_by_a_test(path: Path) -> bool:
         return True
 
 
+def marked_pids(cluster_id: str | None = None) -> list[int]:
+    """PIDs of live processes carrying the marker of cluster `cluster_id` (of any, if None)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(v.startswith(f"{MARKER}=".encode()) and (cluster_id is None or v == f"{MARKER}={cluster_id}".encode())
+               for v in environ):
+            pids.append(int(entry.name))
+    return pids
+
+
 def repair_system_conf() -> bool:
     """Undo what a run killed before its `stop()` left at SYSTEM_CONF (its link, and the
-    original moved aside); whether there was any. Call with the lock held. Why it matters: the
-    link names a controller that is gone, and every `scontrol` then waits ~9 s for it; the SLURM
-    plugin runs `scontrol show config` whenever Snakemake starts, so every Snakemake command
-    would pay that."""
+    original moved aside; or, killed between the two, the original alone moved aside); whether
+    there was any. Call with the lock held. Why it matters: the link names a controller that is
+    gone, and every `scontrol` then waits ~9 s for it; the SLURM plugin runs `scontrol show
+    config` whenever Snakemake starts, so every Snakemake command would pay that."""
     found = False
-    while _left_by_a_test(SYSTEM_CONF):
+    while True:
+        if _left_by_a_test(SYSTEM_CONF):
+            SYSTEM_CONF.unlink()
+        elif _present(SYSTEM_CONF) or not _present(BACKUP_CONF):
+            return found
         found = True
-        SYSTEM_CONF.unlink()
-        if not (BACKUP_CONF.exists() or BACKUP_CONF.is_symlink()):
-            break
-        BACKUP_CONF.rename(SYSTEM_CONF)  # itself a leftover when runs were killed twice
-    return found
+        if _present(BACKUP_CONF):  # the original, or a link of a run killed before this one
+            BACKUP_CONF.rename(SYSTEM_CONF)
 
 
-def repair_unless_busy() -> bool:
-    """`repair_system_conf()` as root when no other test run holds the lock; whether it
-    found a leftover."""
+def repair_unless_busy() -> list[str]:
+    """As root, when no other test run holds the lock: end the processes of a killed run's
+    cluster, remove its munge directory and `repair_system_conf()`; what there was to undo."""
     if os.name != "posix" or os.geteuid() != 0:
-        return False
+        return []
     fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:  # a running cluster's link is not a leftover
+    except BlockingIOError:  # a running cluster's link and daemons are not leftovers
         os.close(fd)
-        return False
+        return []
     try:
-        return repair_system_conf()
+        orphans = marked_pids()  # no live run holds the lock, so these belong to a killed one
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        undone = [f"processes of its cluster ({len(orphans)})"] if orphans else []
+        munge_dirs = list(MUNGE_PARENT.glob(f"{MUNGE_PREFIX}*"))
+        for path in munge_dirs:
+            shutil.rmtree(path, ignore_errors=True)
+        undone += [f"munge directories ({len(munge_dirs)})"] if munge_dirs else []
+        return undone + ([f"its link at {SYSTEM_CONF}"] if repair_system_conf() else [])
     finally:
         os.close(fd)  # releases the flock
 
@@ -160,7 +193,7 @@ class SlurmCluster:
         # munged wants every directory above its socket searchable by all (pytest's tmp
         # directories are 0700) and the socket's own not writable by others: a 0711
         # directory straight under /tmp, removed by stop()
-        munge_dir = self.munge_dir = Path(tempfile.mkdtemp(prefix="lengthgen-munge-", dir="/tmp"))
+        munge_dir = self.munge_dir = Path(tempfile.mkdtemp(prefix=MUNGE_PREFIX, dir=MUNGE_PARENT))
         os.chmod(munge_dir, 0o711)
         key = munge_dir / "munge.key"
         fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -297,17 +330,7 @@ class SlurmCluster:
 
     def marked_pids(self) -> list[int]:
         """PIDs of live processes carrying this cluster's marker (daemons, slurmstepd, jobs)."""
-        needle = f"{MARKER}={self.id}".encode()
-        pids = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-        return pids
+        return marked_pids(self.id)
 
     def stop(self) -> list[int]:
         """Cancel jobs, stop the daemons by PID, end anything left; return the PIDs it had to kill."""

@@ -8,11 +8,14 @@ completes it; that every non-local job ran inside a SLURM batch job (the control
 that results/tables/ is byte-identical to a local run of the same configuration. It needs root
 and the Debian packages slurmctld, slurmd, slurm-client and munge, and skips with one line
 otherwise. A quick dry run checks the profile's resource expressions without any SLURM, and
-two tests check that what a killed run leaves at /etc/slurm/slurm.conf is undone, and only that.
+three tests check that what a run killed mid-test leaves (its processes, its munge directory,
+its link at /etc/slurm/slurm.conf) is undone, and only that.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 import shutil
 import signal
@@ -196,22 +199,24 @@ def _system_paths(tmp_path, monkeypatch) -> tuple[Path, Path]:
     return system, backup
 
 
-@pytest.mark.parametrize("moved_aside", [None, "site", "leftover"])
+@pytest.mark.parametrize("moved_aside", [None, "site", "leftover", "site, not yet linked"])
 def test_a_killed_runs_configuration_link_is_undone(tmp_path, monkeypatch, moved_aside):
     """A run killed before stop() leaves a link to its configuration (whose controller is gone)
-    and maybe the site's file moved aside, itself a leftover when runs were killed twice."""
+    and maybe the site's file moved aside, itself a leftover when runs were killed twice; or,
+    killed between the two, the site's file moved aside and no link."""
     system, backup = _system_paths(tmp_path, monkeypatch)
     old = tmp_path / "old-run" / "slurm.conf"
     old.parent.mkdir()
     old.write_text(f"{HEADER}\nClusterName=lengthgen-test\n")
-    system.symlink_to(old)
-    if moved_aside == "site":
+    if moved_aside != "site, not yet linked":
+        system.symlink_to(old)
+    if moved_aside and moved_aside.startswith("site"):
         backup.write_text("ClusterName=site\n")
     elif moved_aside == "leftover":
         backup.symlink_to(tmp_path / "gone" / "slurm.conf")  # its scratch directory was removed
     assert slurm_cluster.repair_system_conf()
     assert not backup.exists() and not backup.is_symlink()
-    if moved_aside == "site":
+    if moved_aside and moved_aside.startswith("site"):
         assert not system.is_symlink() and system.read_text() == "ClusterName=site\n"
     else:
         assert not system.exists() and not system.is_symlink()
@@ -229,6 +234,36 @@ def test_a_site_configuration_is_not_a_leftover(tmp_path, monkeypatch, kind):
     assert not slurm_cluster.repair_system_conf()
     assert system.is_symlink() == (kind == "link") and system.read_text() == "ClusterName=site\n"
     assert not backup.exists()
+
+
+def test_a_killed_runs_processes_and_files_are_removed_when_no_run_holds_the_lock(tmp_path, monkeypatch):
+    """What conftest does at the start of a session, on stand-ins: the marker, lock, munge
+    directory and configuration paths are the test's own, so a real cluster is never touched."""
+    if os.geteuid() != 0:
+        pytest.skip("repair_unless_busy acts as root only")
+    system, _ = _system_paths(tmp_path, monkeypatch)
+    monkeypatch.setattr(slurm_cluster, "MARKER", "LENGTHGEN_SLURM_TEST_CLUSTER_UNDER_TEST")
+    monkeypatch.setattr(slurm_cluster, "LOCK_FILE", tmp_path / "cluster.lock")
+    monkeypatch.setattr(slurm_cluster, "MUNGE_PARENT", tmp_path)
+    (tmp_path / f"{slurm_cluster.MUNGE_PREFIX}abc").mkdir()
+    (tmp_path / "old-run.conf").write_text(f"{HEADER}\n")
+    system.symlink_to(tmp_path / "old-run.conf")
+    marked = [subprocess.Popen(["sleep", "60"], env={**os.environ, slurm_cluster.MARKER: cluster})
+              for cluster in ("killed", "killed")]
+    bystander = subprocess.Popen(["sleep", "60"], env={**os.environ, "LENGTHGEN_SLURM_TEST_CLUSTER": "other"})
+    try:
+        held = os.open(tmp_path / "cluster.lock", os.O_RDWR | os.O_CREAT)
+        fcntl.flock(held, fcntl.LOCK_EX)  # another run holds the lock: its cluster is alive
+        assert slurm_cluster.repair_unless_busy() == [] and system.is_symlink()
+        os.close(held)
+        undone = slurm_cluster.repair_unless_busy()
+        assert undone == ["processes of its cluster (2)", "munge directories (1)", f"its link at {system}"]
+        assert [p.wait(timeout=10) for p in marked] == [-signal.SIGKILL] * 2
+        assert bystander.poll() is None and not system.exists() and not list(tmp_path.glob("lengthgen-munge-*"))
+    finally:
+        for proc in (*marked, bystander):
+            proc.kill()
+            proc.wait()
 
 
 @pytest.mark.workflow
