@@ -105,6 +105,24 @@ def populate(cwd: Path, config_args: list[str]) -> tuple[int, float, str]:
     return len(outputs), seconds, out
 
 
+def slurm_probe() -> str | None:
+    """The SLURM plugin runs `scontrol show config` whenever Snakemake starts; with a SLURM
+    configuration whose controller does not answer, that waits ~9 s and hides in every number."""
+    if shutil.which("scontrol", path=_env()["PATH"]) is None:
+        return None
+    start = time.perf_counter()
+    try:
+        subprocess.run(["scontrol", "show", "config"], env=_env(), capture_output=True, timeout=15)
+    except subprocess.TimeoutExpired:
+        pass
+    seconds = time.perf_counter() - start
+    note = f"`scontrol show config`, which the SLURM plugin runs at every Snakemake start, took {seconds:.2f} s"
+    if seconds > 1:
+        note += (" — **every time above includes this wait**: a SLURM configuration names a controller that "
+                 "does not answer (README, Scaling out: SLURM)")
+    return note
+
+
 def run(opts: Options) -> Section:
     rounds = 1 if opts.quick else 3
     paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
@@ -119,6 +137,9 @@ def run(opts: Options) -> Section:
     empty = scratch_copy("empty")
     dirs = [empty]
     notes = ["scratch copies of the workflow in the system temp folder, removed afterwards"]
+    probe = slurm_probe()
+    if probe:
+        notes.append(probe)
     missing = []
     try:
         (empty / "config" / "bench_large.yaml").write_text(yaml.safe_dump(large, sort_keys=False))
