@@ -242,7 +242,8 @@ def test_a_killed_runs_processes_and_files_are_removed_when_no_run_holds_the_loc
     if os.geteuid() != 0:
         pytest.skip("repair_unless_busy acts as root only")
     system, _ = _system_paths(tmp_path, monkeypatch)
-    monkeypatch.setattr(slurm_cluster, "MARKER", "LENGTHGEN_SLURM_TEST_CLUSTER_UNDER_TEST")
+    real_marker = slurm_cluster.MARKER
+    monkeypatch.setattr(slurm_cluster, "MARKER", f"{real_marker}_UNDER_TEST")
     monkeypatch.setattr(slurm_cluster, "LOCK_FILE", tmp_path / "cluster.lock")
     monkeypatch.setattr(slurm_cluster, "MUNGE_PARENT", tmp_path)
     (tmp_path / f"{slurm_cluster.MUNGE_PREFIX}abc").mkdir()
@@ -250,7 +251,7 @@ def test_a_killed_runs_processes_and_files_are_removed_when_no_run_holds_the_loc
     system.symlink_to(tmp_path / "old-run.conf")
     marked = [subprocess.Popen(["sleep", "60"], env={**os.environ, slurm_cluster.MARKER: cluster})
               for cluster in ("killed", "killed")]
-    bystander = subprocess.Popen(["sleep", "60"], env={**os.environ, "LENGTHGEN_SLURM_TEST_CLUSTER": "other"})
+    bystander = subprocess.Popen(["sleep", "60"], env={**os.environ, real_marker: "other"})
     try:
         held = os.open(tmp_path / "cluster.lock", os.O_RDWR | os.O_CREAT)
         fcntl.flock(held, fcntl.LOCK_EX)  # another run holds the lock: its cluster is alive
