@@ -19,8 +19,8 @@ TOP = 15
 
 def profile_one(build, size: dict, encoding: str) -> tuple[list[dict], float]:
     torch.manual_seed(0)
-    model, forward, _ = build(size, encoding)
-    step = make_step(model, forward, size)
+    model, loss_fn, _ = build(size, encoding)
+    step = make_step(model, loss_fn, size)
     timed(step, 1)  # warm-up
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         step()

@@ -2,9 +2,12 @@
 
 rope -> LlamaForCausalLM (rotary), ape -> GPT2LMHeadModel (learned absolute positions); both
 built from random init (no download), fp32 on CPU, SDPA attention. One step = forward on a
-fixed (batch, seq) batch of random tokens, cross entropy on every position (the same code
-for both models), backward, gradient clipping at 1.0 (as train.py does) and an AdamW step with the pipeline's
-optimizer (`loop.adamw`, fused) for both models, so the ratio compares the models alone.
+fixed (batch, seq) batch of random tokens, cross entropy on every position, backward, gradient
+clipping at 1.0 (as train.py does) and an AdamW step with the pipeline's optimizer (`loop.adamw`,
+fused) for both models. The loss is each side's own: the reference's logits through
+F.cross_entropy (what its `labels` path computes); ours through the loss the pipeline trains a
+model of that size with: the language models' chunked next-token loss (`language/loss.py`) at the
+language size, F.cross_entropy on the logits (as the synthetic cells) at the E1 size.
 
 FLOPs are counted analytically with one formula for both models (see README):
   per token = 6 * N + 6 * n_layer * seq * d_model
@@ -29,8 +32,8 @@ NAME = "train_throughput"
 TITLE = "Training throughput: ours vs Hugging Face reference"
 
 SIZES = {
-    "e1": dict(n_layer=2, d_model=64, n_head=4, d_ff=256, vocab=7, seq=23, batch=64),
-    "language": dict(n_layer=4, d_model=256, n_head=4, d_ff=1024, vocab=4096, seq=256, batch=16),
+    "e1": dict(n_layer=2, d_model=64, n_head=4, d_ff=256, vocab=7, seq=23, batch=64, loss="cross_entropy"),
+    "language": dict(n_layer=4, d_model=256, n_head=4, d_ff=1024, vocab=4096, seq=256, batch=16, loss="next_token"),
 }
 MAX_POSITION = 1024  # our `ape` table and GPT-2's n_positions (same parameter count)
 REFERENCE = {"rope": "llama", "ape": "gpt2"}
@@ -41,6 +44,7 @@ PROBE_N = 1024  # fp32 matmul probed between training runs
 
 
 def build_ours(size: dict, encoding: str):
+    from lengthgen.language.loss import next_token_loss
     from lengthgen.model import ModelConfig, Transformer
 
     cfg = ModelConfig(vocab_size=size["vocab"], n_layer=size["n_layer"], d_model=size["d_model"],
@@ -48,10 +52,13 @@ def build_ours(size: dict, encoding: str):
     model = Transformer(cfg)
     embed = model.tok_emb.weight.numel() + (model.pos_emb.weight.numel() if model.pos_emb is not None else 0)
 
-    def forward(tokens, positions):
-        return model(tokens, positions)
+    def loss(tokens, positions, targets):
+        if size["loss"] == "next_token":
+            h = model.features(tokens, positions).flatten(0, 1)
+            return next_token_loss(h, model.head.weight, targets.flatten())
+        return F.cross_entropy(model(tokens, positions).flatten(0, 1), targets.flatten())
 
-    return model, forward, embed
+    return model, loss, embed
 
 
 def llama_intermediate(d: int, d_ff: int) -> int:
@@ -90,10 +97,11 @@ def build_reference(size: dict, encoding: str):
     else:
         raise ValueError(f"no reference for encoding {encoding!r}")
 
-    def forward(tokens, positions):
-        return model(input_ids=tokens, use_cache=False).logits
+    def loss(tokens, positions, targets):
+        logits = model(input_ids=tokens, use_cache=False).logits
+        return F.cross_entropy(logits.reshape(-1, size["vocab"]), targets.reshape(-1))
 
-    return model, forward, embed
+    return model, loss, embed
 
 
 def flops_per_token(size: dict) -> float:
@@ -102,7 +110,7 @@ def flops_per_token(size: dict) -> float:
     return 6.0 * n + 6.0 * L * size["seq"] * d
 
 
-def make_step(model, forward, size: dict, seed: int = 0):
+def make_step(model, loss_fn, size: dict, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     b, t, v = size["batch"], size["seq"], size["vocab"]
     tokens = torch.randint(0, v, (b, t), generator=gen)
@@ -114,8 +122,7 @@ def make_step(model, forward, size: dict, seed: int = 0):
     model.train()
 
     def step():
-        logits = forward(tokens, positions)
-        loss = F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1))
+        loss = loss_fn(tokens, positions, targets)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -160,8 +167,8 @@ def compare(size_name: str, encoding: str, threads: int, quick: bool) -> list[di
     builds = {}
     for impl, build in (("ours", build_ours), ("ref", build_reference)):
         torch.manual_seed(0)
-        model, forward, embed = build(size, encoding)
-        builds[impl] = (model, make_step(model, forward, size), embed)
+        model, loss_fn, embed = build(size, encoding)
+        builds[impl] = (model, make_step(model, loss_fn, size), embed)
     small = size_name == "e1"
     warmup = (3 if quick else 10) if small else 1
     rounds = (3 if quick else 9) if small else (2 if quick else 5)
@@ -266,7 +273,9 @@ def _markdown(rows: list[dict], sources: dict) -> str:
     return "\n\n".join(filter(None, [
         "tok/s: median over alternating runs (ours, ref, probe, ours, ref, probe, ...) after warm-up; "
         "ours/ref: median of the per-pair ratios; spread: slowest / fastest run of either side. "
-        "One step = forward, cross entropy on all positions, backward, clip, fused AdamW (the same for both). "
+        "One step = forward, cross entropy on all positions (ours: the loss the pipeline trains that size "
+        "with, the chunked next-token loss at the language size; the reference: F.cross_entropy on its "
+        "logits), backward, clip, fused AdamW (the same for both). "
         "GFLOP/s counts 6 N + 6 n_layer seq d per token (causal attention counted as half), the same formula "
         "for both models; utilization divides it by the fp32 matmul ceiling: the best run of matmul_ceiling "
         f"or of an n={PROBE_N} matmul probed between the training runs, whichever is higher: " + ceil + ".",

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from lengthgen import device as devices
 from lengthgen.errors import TrainingDiverged
 from lengthgen.fileio import atomic_path, canonical_json, write_text
 from lengthgen.language import tokenizer as tokenizers
+from lengthgen.language.loss import next_token_loss
 from lengthgen.loop import adamw, load_checkpoint, lr_at, save_checkpoint
 from lengthgen.model import ModelConfig, Transformer, param_count
 
@@ -70,9 +70,14 @@ def validation_loss(model, val: torch.Tensor, dev, batch: int = 32) -> float:
     for chunk in val.split(batch):
         chunk = chunk.to(dev)
         with devices.autocast(dev):
-            logits = model(chunk[:, :-1], ids.expand(len(chunk), t))
-        total += F.cross_entropy(logits.float().flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum").item()
+            total += _loss(model, chunk, ids.expand(len(chunk), t)).item() * chunk[:, 1:].numel()
     return total / (len(val) * t)
+
+
+def _loss(model, tokens: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Mean next-token loss of windows `tokens` (B, T + 1) read at position IDs `ids` (B, T)."""
+    h = model.features(tokens[:, :-1], ids)
+    return next_token_loss(h.flatten(0, 1), model.head.weight, tokens[:, 1:].flatten())
 
 
 def _fingerprint(spec: dict, tokens_meta: dict, code_digest: str) -> str:
@@ -128,17 +133,26 @@ def _step(model, opt, stream, step: int, spec: dict, dev) -> float:
     tokens, ids = training_batch(stream, step, spec, spec["seed"])
     tokens, ids = tokens.to(dev), ids.to(dev)
     model.train()
-    with devices.autocast(dev):
-        logits = model(tokens[:, :-1], ids)
-    loss = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
-    value = loss.item()
-    if math.isfinite(value):
-        opt.zero_grad(set_to_none=True)
+    opt.zero_grad(set_to_none=True)
+    total = torch.zeros((), device=dev)
+    for part in micro_batches(len(tokens), spec):  # gradients add up to the whole batch's
+        with devices.autocast(dev):
+            loss = _loss(model, tokens[part], ids[part]) * ((part.stop - part.start) / len(tokens))
         loss.backward()
+        total += loss.detach()
+    value = total.item()
+    if math.isfinite(value):  # a non-finite loss leaves the model as it was; the caller stops
         if cfg["grad_clip"]:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
         opt.step()
     return value
+
+
+def micro_batches(batch: int, spec: dict) -> list[slice]:
+    """The windows of each forward of a step: all at once, or `micro_batch_tokens` at a time."""
+    tokens = spec["train"].get("micro_batch_tokens")
+    size = batch if tokens is None else max(1, tokens // spec["context"])
+    return [slice(start, min(start + size, batch)) for start in range(0, batch, size)]
 
 
 def _write_outputs(model, spec, tok, tokens_meta, rows, out_dir: Path, dev, code_digest) -> None:
