@@ -18,6 +18,7 @@ def _problem(n=300, c=16, v=50, seed=0):
 @pytest.mark.parametrize("elements", [50 * 7, 50 * 300, 2**20])  # ragged chunks, one exact, one chunk
 def test_loss_and_gradients_match_cross_entropy(monkeypatch, elements):
     monkeypatch.setitem(loss.CHUNK_ELEMENTS, "cpu", elements)
+    monkeypatch.setattr(loss, "MIN_ROWS", 1)
     h, w, t = _problem()
     want = F.cross_entropy(h @ w.t(), t)
     got = loss.next_token_loss(h, w, t)
@@ -28,7 +29,9 @@ def test_loss_and_gradients_match_cross_entropy(monkeypatch, elements):
         torch.testing.assert_close(loss.next_token_loss(h, w, t), want.detach(), rtol=1e-6, atol=1e-6)
 
 
-def test_loss_under_bf16_autocast_matches_cross_entropy_of_bf16_logits():
+def test_loss_under_bf16_autocast_matches_cross_entropy_of_bf16_logits(monkeypatch):
+    monkeypatch.setitem(loss.CHUNK_ELEMENTS, "cpu", 50 * 24)  # chunks of 24, 24 and 16 rows
+    monkeypatch.setattr(loss, "MIN_ROWS", 1)
     h, w, t = _problem(n=64)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         want = F.cross_entropy((h @ w.t()).float(), t)
