@@ -44,7 +44,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed benchmarks/requirements.txt
 	touch $@
 
 BENCH_ARGS ?=
-bench: $(VENV)/.bench-installed  ## benchmark suite -> benchmarks/results.md (6-12 min; BENCH_ARGS=--quick)
+bench: $(VENV)/.bench-installed  ## benchmark suite -> benchmarks/results.md (9-15 min; BENCH_ARGS=--quick)
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
 
 dryrun: $(VENV)/.installed
