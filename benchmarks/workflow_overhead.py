@@ -108,11 +108,12 @@ def populate(cwd: Path, config_args: list[str]) -> tuple[int, float, str]:
 def slurm_probe() -> str | None:
     """The SLURM plugin runs `scontrol show config` whenever Snakemake starts; with a SLURM
     configuration whose controller does not answer, that waits ~9 s and hides in every number."""
-    if shutil.which("scontrol", path=_env()["PATH"]) is None:
+    env = _env()
+    if shutil.which("scontrol", path=env["PATH"]) is None:
         return None
     start = time.perf_counter()
     try:
-        subprocess.run(["scontrol", "show", "config"], env=_env(), capture_output=True, timeout=15)
+        subprocess.run(["scontrol", "show", "config"], env=env, capture_output=True, timeout=15)
     except subprocess.TimeoutExpired:
         pass
     seconds = time.perf_counter() - start

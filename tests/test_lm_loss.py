@@ -42,7 +42,7 @@ def test_loss_under_bf16_autocast_matches_cross_entropy_of_bf16_logits(monkeypat
     assert [g.dtype for g in grads] == [torch.float32, torch.float32]
     ref = torch.autograd.grad(want, (h, w))
     for a, b in zip(ref, grads, strict=True):
-        torch.testing.assert_close(b, a, rtol=0.05, atol=2e-3)  # bf16 backward products on both sides
+        torch.testing.assert_close(b, a, rtol=1e-2, atol=1e-3)  # bf16 products on both sides (5e-4 apart)
 
 
 SPEC = {"context": 8, "seed": 1, "pose_target": None,

@@ -260,7 +260,8 @@ def test_a_killed_runs_processes_and_files_are_removed_when_no_run_holds_the_loc
         undone = slurm_cluster.repair_unless_busy()
         assert undone == ["processes of its cluster (2)", "munge directories (1)", f"its link at {system}"]
         assert [p.wait(timeout=10) for p in marked] == [-signal.SIGKILL] * 2
-        assert bystander.poll() is None and not system.exists() and not list(tmp_path.glob("lengthgen-munge-*"))
+        assert bystander.poll() is None and not system.exists()
+        assert not list(tmp_path.glob(f"{slurm_cluster.MUNGE_PREFIX}*"))
     finally:
         for proc in (*marked, bystander):
             proc.kill()
