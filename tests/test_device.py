@@ -36,3 +36,9 @@ def test_cpu_machine_auto_is_cpu_and_cuda_is_a_clear_error():
     assert device.resolve("auto", 1).type == "cpu"
     with pytest.raises(UserError, match=r"^config.device: 'cuda' requested but torch sees no CUDA device"):
         device.resolve("cuda", 1)
+
+
+def test_cpu_description_names_threads_and_instruction_set():
+    """Provenance must tell an AVX2 run from an AVX-512 one: their tables differ by rounding."""
+    dev = device.resolve("cpu", 1)
+    assert device.describe(dev) == f"cpu (1 threads, {torch.backends.cpu.get_cpu_capability()})"
