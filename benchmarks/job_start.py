@@ -61,11 +61,7 @@ def start_server(tmp: Path):
 
     log = tmp / "warm.log"
     handle = warm.start(log, 1)
-    deadline = time.monotonic() + 120
-    while "preloaded" not in (log.read_text() if log.exists() else ""):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the warm-start server did not start: {log.read_text()}")
-        time.sleep(0.1)
+    warm.wait_ready(log)
     return handle
 
 

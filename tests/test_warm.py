@@ -43,7 +43,7 @@ def server(tmp_path_factory):
     os.environ.update(venv_env(PYTHONPATH=str(REPO / "src"), **dict.fromkeys(warm.THREAD_ENV, "1")))
     handle = warm.start(log, 1)
     assert handle is not None
-    _wait_for(lambda: log.exists() and "preloaded torch" in log.read_text(), "the server's imports")
+    warm.wait_ready(log, timeout_s=60)
     yield log
     warm.stop(*handle)
     os.environ.clear()
@@ -117,3 +117,10 @@ def test_the_server_ends_with_its_parent(tmp_path):
     _wait_for(lambda: _gone(int(pid)), "the orphaned server to stop", timeout=30)
     assert "parent exited; stopping" in (tmp_path / "warm.log").read_text()
     assert not os.path.exists(directory), "it removes its socket's directory"
+
+
+def test_wait_ready_names_a_server_that_never_started(tmp_path):
+    log = tmp_path / "warm.log"
+    log.write_text("lengthgen warm start [1]: Traceback: ModuleNotFoundError\n")
+    with pytest.raises(RuntimeError, match=r"did not start within 0 s: .*ModuleNotFoundError"):
+        warm.wait_ready(log, timeout_s=0.1)

@@ -261,6 +261,17 @@ def start(log_path, threads: int) -> tuple[subprocess.Popen, Path] | None:
     return server, directory
 
 
+def wait_ready(log_path, timeout_s: float = 120.0) -> None:
+    """Block until the server logging to `log_path` has made its imports. The workflow never
+    waits (an early job queues on the socket); a measurement of warm jobs must."""
+    log, deadline = Path(log_path), time.monotonic() + timeout_s
+    while "preloaded" not in (log.read_text() if log.exists() else ""):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the warm-start server did not start within {timeout_s:.0f} s: "
+                               f"{log.read_text() if log.exists() else 'no log'}")
+        time.sleep(0.05)
+
+
 def stop(server: subprocess.Popen, directory: Path) -> None:
     os.environ.pop(ENV, None)
     server.terminate()
