@@ -1,6 +1,7 @@
 """`lengthgen diff`: moved cells between a commit and the working tree, on two synthetic
 versions of a table in a scratch git repository."""
 
+import json
 import os
 import subprocess
 import sys
@@ -73,3 +74,23 @@ def test_language_tables_match_rows_on_model_method_positions_and_k():
     moved = moved_cells(*(pd.read_csv(io.StringIO(t), dtype=str) for t in (old, new)), tolerance=0.0)
     assert moved[["model", "method", "column", "old", "new"]].values.tolist() == [
         ["short", "greedy", "loss_mean", "5.03", "5.00"]]
+
+
+def test_a_change_of_machine_or_library_is_named_before_the_cells(repo, history):
+    """Cells that moved because the runs ran on another CPU or torch are not a code change: the
+    diff says so first, from provenance.json."""
+    def provenance(devices, torch):
+        record = {"devices": [devices], "git_commit": "abc", "numpy": "2.4.6", "python": "3.11.7", "torch": torch}
+        return json.dumps(record) + "\n"
+
+    (history / "results/provenance.json").write_text(provenance("cpu (1 threads)", "2.13.0+cpu"))
+    subprocess.run(["git", "add", "-A"], cwd=history, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "p"], cwd=history, check=True)
+    same = _diff(repo, history, "--rev", "HEAD").stdout
+    assert "provenance.json" not in same  # the same conditions: nothing to say
+
+    (history / "results/provenance.json").write_text(provenance("cpu (1 threads, AVX512)", "2.13.0+cpu"))
+    out = _diff(repo, history, "--rev", "HEAD").stdout.splitlines()
+    assert out[0].startswith("results/provenance.json: the runs differ in more than the code since HEAD")
+    assert out[1] == "  devices: ['cpu (1 threads)'] -> ['cpu (1 threads, AVX512)']"
+    assert not any(line.strip().startswith(("torch", "git_commit")) for line in out)

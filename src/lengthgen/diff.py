@@ -5,6 +5,7 @@ more than the tolerance (or is a non-number that changed). Added and removed row
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 from pathlib import Path
 
@@ -18,15 +19,39 @@ KEY_COLUMNS = ("task", "scheme", "seed", "length", "k", "depth", "claim", "check
                "step")
 
 
-def table_at(rev: str, path: Path) -> pd.DataFrame | None:
-    """The CSV at `path` as committed in `rev`, or None if it did not exist there."""
+# What provenance.json records besides the commit: when one of these differs, cells can move by
+# rounding alone (an AVX2 and an AVX-512 machine train the same commit to different models).
+RUN_CONDITIONS = ("devices", "torch", "numpy", "pandas", "python")
+
+
+def text_at(rev: str, path: Path) -> str | None:
+    """The file at `path` as committed in `rev`, or None if it did not exist there."""
     try:
-        text = subprocess.run(["git", "show", f"{rev}:{path.as_posix()}"], capture_output=True, text=True, check=True)
+        done = subprocess.run(["git", "show", f"{rev}:{path.as_posix()}"], capture_output=True, text=True, check=True)
     except subprocess.CalledProcessError as err:
         if "does not exist" in err.stderr or "exists on disk, but not in" in err.stderr:
             return None
         raise UserError(f"git show {rev}:{path}: {err.stderr.strip().splitlines()[-1]}") from None
-    return _read(io.StringIO(text.stdout))
+    return done.stdout
+
+
+def table_at(rev: str, path: Path) -> pd.DataFrame | None:
+    """The CSV at `path` as committed in `rev`, or None if it did not exist there."""
+    text = text_at(rev, path)
+    return None if text is None else _read(io.StringIO(text))
+
+
+def changed_conditions(rev: str, provenance: Path) -> list[str]:
+    """How the runs behind the two versions of the tables differ, from provenance.json: one line
+    per differing entry (devices, library versions), none when either side has no record."""
+    old_text = text_at(rev, provenance)
+    if old_text is None or not provenance.exists():
+        return []
+    try:
+        old, new = json.loads(old_text), json.loads(provenance.read_text())
+    except json.JSONDecodeError as err:
+        raise UserError(f"{provenance}: not JSON at {rev} or in the working tree ({err})") from None
+    return [f"{key}: {old.get(key)} -> {new.get(key)}" for key in RUN_CONDITIONS if old.get(key) != new.get(key)]
 
 
 def _read(source) -> pd.DataFrame:
@@ -62,6 +87,13 @@ def _moved(a: str, b: str, tolerance: float) -> bool:
 def diff_tables(rev: str, tables_dir, tolerance: float, out=print) -> int:
     """Print the moved cells per table; return 1 if any moved, else 0."""
     tables_dir = Path(tables_dir)
+    provenance = tables_dir.parent / "provenance.json"
+    conditions = changed_conditions(rev, provenance)
+    if conditions:
+        out(f"{provenance}: the runs differ in more than the code since {rev}, so cells can move by "
+            "rounding alone:")
+        for line in conditions:
+            out(f"  {line}")
     any_moved = False
     for path in sorted(tables_dir.glob("*.csv")):
         old = table_at(rev, path)
