@@ -1,0 +1,99 @@
+"""bf16 autocast on the CPU: would it pay for the pipeline's training steps on this machine?
+
+CPU training runs in fp32 (`device.autocast` is a no-op on CPU). On a CPU with native bf16
+(AMX, avx512_bf16) matmuls run several times faster in bf16 (matmul_ceiling), so this measures
+what that is worth for whole steps: `lm._step` (forward, chunked next-token loss, backward,
+clip, fused AdamW) in fp32 and under `torch.autocast("cpu", bfloat16)`, alternating, 1 thread,
+at three sizes: the E1 model's shape, the language default's model (E4) and train_throughput's
+language size. On a CPU without native bf16 it is skipped: bf16 is emulated there at about
+1 GFLOP/s, and one step would take minutes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from common import Options, Section, alternate, cpu_flags, md_table, median, set_threads
+
+NAME = "cpu_bf16"
+TITLE = "bf16 autocast on the CPU (1 thread)"
+# name: (n_layer, d_model, n_head, d_ff, vocab, context, batch), as the pipeline's configs set them
+SIZES = {
+    "e1": (2, 64, 4, 256, 7, 23, 64),
+    "language_default": (4, 128, 4, 512, 2048, 128, 16),
+    "language": (4, 256, 4, 1024, 4096, 256, 16),
+}
+
+
+@contextlib.contextmanager
+def precision(dtype: str):
+    """The pipeline's steps with `device.autocast` set to bf16 on the CPU, or left as it is."""
+    import torch
+
+    from lengthgen import device
+
+    saved = device.autocast
+    if dtype == "bf16":
+        device.autocast = lambda dev: torch.autocast("cpu", dtype=torch.bfloat16)
+    try:
+        yield
+    finally:
+        device.autocast = saved
+
+
+def _stepper(size: str, dtype: str, steps: int):
+    """A run: `steps` timed steps of a fresh model (after one untimed), median seconds per step."""
+    import numpy as np
+    import torch
+
+    from lengthgen.language import lm
+    from lengthgen.loop import adamw
+
+    n_layer, d_model, n_head, d_ff, vocab, context, batch = SIZES[size]
+    train = {"batch_size": batch, "lr": 1e-3, "weight_decay": 0.0, "warmup_steps": 0, "max_steps": 100,
+             "min_lr_ratio": 1.0, "grad_clip": 1.0, "micro_batch_tokens": None}
+    model_cfg = dict(n_layer=n_layer, d_model=d_model, n_head=n_head, d_ff=d_ff, dropout=0.0, max_position=1024)
+    spec = {"context": context, "seed": 0, "pose_target": None, "model": model_cfg, "train": train}
+    stream = np.random.default_rng(0).integers(0, vocab, 100_000).astype(np.int32)
+    torch.manual_seed(0)
+    model = lm.build(spec, vocab)
+    opt = adamw(model, train)
+    dev = torch.device("cpu")
+
+    def run() -> float:
+        times = []
+        with precision(dtype):
+            for step in range(steps + 1):
+                start = time.perf_counter()
+                lm._step(model, opt, stream, step, spec, dev)
+                times.append(time.perf_counter() - start)
+        return median(times[1:])
+
+    return run
+
+
+def run(opts: Options) -> Section:
+    native = [f for f in cpu_flags() if f in ("amx_bf16", "avx512_bf16")]
+    if not native:
+        return Section(NAME, TITLE, [], "Skipped: this CPU has no native bf16 instructions (no amx_bf16 or "
+                                         "avx512_bf16), so bf16 is emulated and a step would take minutes.")
+    set_threads(1)
+    rounds, steps = (2, 3) if opts.quick else (5, 5)
+    rows = []
+    for size in SIZES:
+        got = alternate({dtype: _stepper(size, dtype, steps) for dtype in ("fp32", "bf16")}, rounds)
+        n_layer, d_model, _, d_ff, vocab, context, batch = SIZES[size]
+        fp32, bf16 = median(got["fp32"]), median(got["bf16"])
+        rows.append({"size": size, "shape": f"{n_layer} x {d_model}, d_ff {d_ff}, vocab {vocab}",
+                     "tokens_per_step": context * batch, "fp32_ms": fp32 * 1e3, "bf16_ms": bf16 * 1e3,
+                     "bf16_min_ms": min(got["bf16"]) * 1e3, "bf16_max_ms": max(got["bf16"]) * 1e3,
+                     "fp32_min_ms": min(got["fp32"]) * 1e3, "fp32_max_ms": max(got["fp32"]) * 1e3,
+                     "speedup": fp32 / bf16, "runs": rounds, "steps_per_run": steps})
+    table = md_table(rows, [("size", "size"), ("shape", "model"), ("tokens_per_step", "tokens/step"),
+                            ("fp32_ms", "fp32 ms/step"), ("bf16_ms", "bf16 ms/step"), ("speedup", "fp32 / bf16"),
+                            ("runs", "runs"), ("steps_per_run", "steps/run")])
+    note = (f"Native bf16 here: {', '.join(native)}. `lm._step` at each size, fp32 against bf16 autocast "
+            "(the softmax and loss stay fp32, as under CUDA), runs alternating, median of each run's median "
+            "step. The pipeline keeps CPU training in fp32: see the README's Performance section for why.")
+    return Section(NAME, TITLE, rows, note + "\n\n" + table)
