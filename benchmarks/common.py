@@ -102,6 +102,12 @@ def cpu_flags() -> list[str]:
     return []
 
 
+def native_bf16() -> list[str]:
+    """The bf16 instruction sets /proc/cpuinfo lists (AMX's, AVX-512's); [] where it lists none
+    or cannot be read (another OS or architecture)."""
+    return [f for f in cpu_flags() if f in ("amx_bf16", "avx512_bf16")]
+
+
 def machine() -> dict:
     import torch
 

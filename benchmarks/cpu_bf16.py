@@ -1,12 +1,13 @@
-"""bf16 autocast on the CPU: would it pay for the pipeline's training steps on this machine?
+"""bf16 autocast on the CPU: would it pay for training steps on this machine?
 
 CPU training runs in fp32 (`device.autocast` is a no-op on CPU). On a CPU with native bf16
 (AMX, avx512_bf16) matmuls run several times faster in bf16 (matmul_ceiling), so this measures
-what that is worth for whole steps: `lm._step` (forward, chunked next-token loss, backward,
-clip, fused AdamW) in fp32 and under `torch.autocast("cpu", bfloat16)`, alternating, 1 thread,
-at three sizes: the E1 model's shape, the language default's model (E4) and train_throughput's
-language size. On a CPU without native bf16 it is skipped: bf16 is emulated there at about
-1 GFLOP/s, and one step would take minutes.
+what that is worth for whole steps: the language models' step `lm._step` (forward, chunked
+next-token loss, backward, clip, fused AdamW) in fp32 and under `torch.autocast("cpu",
+bfloat16)`, alternating, 1 thread, at three sizes: the E1 model's (its layers and widths, but
+this step, not E1's own packed, answer-only one), the language default's model (E4) and
+train_throughput's language size. Skipped where /proc/cpuinfo lists no native bf16: bf16 is
+emulated there at about 1 GFLOP/s, and one step would take minutes.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from __future__ import annotations
 import contextlib
 import time
 
-from common import Options, Section, alternate, cpu_flags, md_table, median, set_threads
+from common import Options, Section, alternate, md_table, median, native_bf16, set_threads
 
 NAME = "cpu_bf16"
 TITLE = "bf16 autocast on the CPU (1 thread)"
 # name: (n_layer, d_model, n_head, d_ff, vocab, context, batch), as the pipeline's configs set them
 SIZES = {
-    "e1": (2, 64, 4, 256, 7, 23, 64),
+    "lm_step_at_e1_size": (2, 64, 4, 256, 7, 23, 64),
     "language_default": (4, 128, 4, 512, 2048, 128, 16),
     "language": (4, 256, 4, 1024, 4096, 256, 16),
 }
@@ -74,16 +75,16 @@ def _stepper(size: str, dtype: str, steps: int):
 
 
 def run(opts: Options) -> Section:
-    native = [f for f in cpu_flags() if f in ("amx_bf16", "avx512_bf16")]
+    native = native_bf16()
     if not native:
-        return Section(NAME, TITLE, [], "Skipped: this CPU has no native bf16 instructions (no amx_bf16 or "
-                                         "avx512_bf16), so bf16 is emulated and a step would take minutes.")
+        return Section(NAME, TITLE, [], "Skipped: /proc/cpuinfo lists no native bf16 (amx_bf16, avx512_bf16) "
+                                         "here, so bf16 would be emulated and a step would take minutes.")
     set_threads(1)
     rounds, steps = (2, 3) if opts.quick else (5, 5)
     rows = []
     for size in SIZES:
         got = alternate({dtype: _stepper(size, dtype, steps) for dtype in ("fp32", "bf16")}, rounds)
-        n_layer, d_model, _, d_ff, vocab, context, batch = SIZES[size]
+        n_layer, d_model, _, d_ff, vocab, context, batch = SIZES[size]  # for the table's columns
         fp32, bf16 = median(got["fp32"]), median(got["bf16"])
         rows.append({"size": size, "shape": f"{n_layer} x {d_model}, d_ff {d_ff}, vocab {vocab}",
                      "tokens_per_step": context * batch, "fp32_ms": fp32 * 1e3, "bf16_ms": bf16 * 1e3,

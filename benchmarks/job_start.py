@@ -61,7 +61,9 @@ def start_server(tmp: Path):
 
     log = tmp / "warm.log"
     handle = warm.start(log, 1)
-    warm.wait_ready(log)
+    if handle is None:
+        raise RuntimeError("the warm-start server could not start (see the message above)")
+    warm.wait_ready(handle[0], log)
     return handle
 
 

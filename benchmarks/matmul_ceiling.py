@@ -9,10 +9,12 @@ that training utilization (train_throughput) is divided by.
 from __future__ import annotations
 
 import torch
-from common import Options, Section, calibrate, cpu_flags, md_table, median, set_threads, timed
+from common import Options, Section, calibrate, md_table, median, native_bf16, set_threads, timed
 
 NAME = "matmul_ceiling"
 TITLE = "Hardware limit: dense matmul rate"
+THREADS_NOTE = ("A 2-thread rate close to (or below) the 1-thread rate means the second core was busy with "
+                "other jobs during the measurement: OpenMP threads wait for each other at every product.")
 MAX_CALL_S = 1.0  # a configuration whose single product would take longer is skipped (bf16 here)
 
 
@@ -76,16 +78,15 @@ def bf16_note(rows: list[dict]) -> str:
             for d in ("float32", "bfloat16")}
     if not best["float32"] or not best["bfloat16"]:
         return ""
-    ratio = best["bfloat16"] / best["float32"]
-    if ratio < 1:
+    native = ", ".join(native_bf16()) or "none listed in /proc/cpuinfo"
+    if best["bfloat16"] < best["float32"]:
         return (f"bf16 reaches {best['bfloat16']:.2f} GFLOP/s against fp32's {best['float32']:.0f} here (best "
-                "median of either; no native bf16 instructions), so CPU training stays in fp32 "
+                f"median of either; native bf16 instructions: {native}), so CPU training stays in fp32 "
                 "(`device.autocast` is a no-op on CPU).")
-    return (f"bf16 reaches {ratio:.1f}x the fp32 rate here (best median of either; native bf16 "
-            f"instructions: {', '.join(f for f in cpu_flags() if 'bf16' in f or 'amx' in f) or 'n/a'}). "
-            "CPU training still stays in fp32 (`device.autocast` is a no-op on CPU): the small models' "
-            "products gain little or lose (README, Performance), and the tables would depend on a CPU "
-            "feature. Utilization is divided by the fp32 ceiling, the precision training runs in.")
+    return (f"bf16 reaches {best['bfloat16'] / best['float32']:.1f}x the fp32 rate here (best median of either; "
+            f"native bf16 instructions: {native}). CPU training still stays in fp32 (`device.autocast` is a "
+            "no-op on CPU): the small models' steps gain little or lose (cpu_bf16), and the tables would "
+            "depend on a CPU feature. Utilization is divided by the fp32 ceiling, the precision training runs in.")
 
 
 def run(opts: Options) -> Section:
@@ -104,8 +105,6 @@ def run(opts: Options) -> Section:
         "ever slow a run down, so the best run is the closest estimate of the hardware's rate): " + ceil_text + ".",
         table,
         ("Skipped:\n" + "\n".join(skipped)) if skipped else "",
-        bf16_note(rows) + " "
-        "A 2-thread rate close to (or below) the 1-thread rate means the second core was busy with "
-        "other jobs during the measurement: OpenMP threads wait for each other at every product.",
+        " ".join(filter(None, [bf16_note(rows), THREADS_NOTE])),
     ]))
     return Section(NAME, TITLE, rows, md)

@@ -38,7 +38,9 @@ def test_cpu_machine_auto_is_cpu_and_cuda_is_a_clear_error():
         device.resolve("cuda", 1)
 
 
-def test_cpu_description_names_threads_and_instruction_set():
+def test_cpu_description_names_threads_and_instruction_set(monkeypatch):
     """Provenance must tell an AVX2 run from an AVX-512 one: their tables differ by rounding."""
     dev = device.resolve("cpu", 1)
-    assert device.describe(dev) == f"cpu (1 threads, {torch.backends.cpu.get_cpu_capability()})"
+    for capability in ("AVX2", "AVX512"):
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
+        assert device.describe(dev) == f"cpu (1 threads, {capability})"

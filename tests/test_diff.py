@@ -3,6 +3,7 @@ versions of a table in a scratch git repository."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -91,6 +92,29 @@ def test_a_change_of_machine_or_library_is_named_before_the_cells(repo, history)
 
     (history / "results/provenance.json").write_text(provenance("cpu (1 threads, AVX512)", "2.13.0+cpu"))
     out = _diff(repo, history, "--rev", "HEAD").stdout.splitlines()
-    assert out[0].startswith("results/provenance.json: the runs differ in more than the code since HEAD")
+    assert out[0].startswith("results/provenance.json: the runs' records differ since HEAD")
     assert out[1] == "  devices: ['cpu (1 threads)'] -> ['cpu (1 threads, AVX512)']"
     assert not any(line.strip().startswith(("torch", "git_commit")) for line in out)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("{not json", r"^lengthgen: error: results/provenance.json: not JSON \("),
+    ("[1, 2]", r"^lengthgen: error: results/provenance.json: expected a JSON object of run conditions, got list$"),
+])
+def test_a_broken_provenance_record_is_one_line(repo, history, text, expected):
+    (history / "results/provenance.json").write_text('{"devices": ["cpu (1 threads)"]}\n')
+    subprocess.run(["git", "add", "-A"], cwd=history, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "p"], cwd=history, check=True)
+    (history / "results/provenance.json").write_text(text)
+    done = _diff(repo, history, "--rev", "HEAD")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert re.match(expected, done.stderr.strip()), done.stderr
+
+
+def test_an_entry_one_record_lacks_is_named_as_not_recorded(tmp_path, monkeypatch):
+    from lengthgen import diff
+
+    record = tmp_path / "provenance.json"
+    record.write_text('{"devices": ["cpu (1 threads, AVX512)"], "torch": "2.13.0+cpu"}')
+    monkeypatch.setattr(diff, "text_at", lambda rev, path: '{"devices": ["cpu (1 threads, AVX512)"]}')
+    assert diff.changed_conditions("HEAD", record) == ["torch: (not recorded) -> 2.13.0+cpu"]

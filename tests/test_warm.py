@@ -43,7 +43,7 @@ def server(tmp_path_factory):
     os.environ.update(venv_env(PYTHONPATH=str(REPO / "src"), **dict.fromkeys(warm.THREAD_ENV, "1")))
     handle = warm.start(log, 1)
     assert handle is not None
-    warm.wait_ready(log, timeout_s=60)
+    warm.wait_ready(handle[0], log, timeout_s=60)
     yield log
     warm.stop(*handle)
     os.environ.clear()
@@ -119,8 +119,22 @@ def test_the_server_ends_with_its_parent(tmp_path):
     assert not os.path.exists(directory), "it removes its socket's directory"
 
 
-def test_wait_ready_names_a_server_that_never_started(tmp_path):
+def test_wait_ready_ends_at_a_dead_server_or_the_timeout_in_one_line(tmp_path):
+    """A server that dies is reported at once with its last words; a stale line from an earlier
+    server in the same (appended) log does not count as ready."""
     log = tmp_path / "warm.log"
-    log.write_text("lengthgen warm start [1]: Traceback: ModuleNotFoundError\n")
-    with pytest.raises(RuntimeError, match=r"did not start within 0 s: .*ModuleNotFoundError"):
-        warm.wait_ready(log, timeout_s=0.1)
+    log.write_text("lengthgen warm start [1]: serving /x/socket; preloaded torch in 2.0 s\n")
+    dies = "import sys; sys.stderr.write('ModuleNotFoundError: torch'); sys.exit(3)"
+    with open(log, "a") as stderr:
+        dead = subprocess.Popen([sys.executable, "-c", dies], stderr=stderr)
+        dead.wait()
+    with pytest.raises(RuntimeError, match=rf"^{re.escape(str(log))}: the warm-start server \(pid {dead.pid}\) exited "
+                                           r"with status 3; last line: ModuleNotFoundError: torch$"):
+        warm.wait_ready(dead, log, timeout_s=30)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with pytest.raises(RuntimeError, match=rf"\(pid {alive.pid}\) was not ready after 0.2 s; last line: Module"):
+            warm.wait_ready(alive, log, timeout_s=0.2)
+    finally:
+        alive.kill()
+        alive.wait()

@@ -68,9 +68,10 @@ def autocast(device: torch.device):
 
 def describe(device: torch.device) -> str:
     """The device as provenance.json records it. On CPU this names the vector instruction set
-    torch's kernels dispatch to: the same commit trains to different rounding on AVX2 and
-    AVX-512 machines (a k = 3 parity seed can fit on one and not the other), so a table diff
-    between two machines' runs is only read against this."""
+    ATen's own kernels dispatch to (MKL and oneDNN choose theirs alike, by the same CPU): the
+    same commit trains to different rounding on AVX2 and AVX-512 machines (a k = 3 parity seed
+    can fit on one and not the other), so a table diff between two machines' runs is only read
+    against this."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"cpu ({torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()})"

@@ -42,16 +42,24 @@ def table_at(rev: str, path: Path) -> pd.DataFrame | None:
 
 
 def changed_conditions(rev: str, provenance: Path) -> list[str]:
-    """How the runs behind the two versions of the tables differ, from provenance.json: one line
-    per differing entry (devices, library versions), none when either side has no record."""
+    """How the records of the runs behind the two versions of the tables differ, from
+    provenance.json: one line per differing entry, none when either side has no record."""
     old_text = text_at(rev, provenance)
     if old_text is None or not provenance.exists():
         return []
+    old, new = _record(old_text, f"{provenance} at {rev}"), _record(provenance.read_text(), str(provenance))
+    return [f"{key}: {old.get(key, '(not recorded)')} -> {new.get(key, '(not recorded)')}"
+            for key in RUN_CONDITIONS if old.get(key) != new.get(key)]
+
+
+def _record(text: str, where: str) -> dict:
     try:
-        old, new = json.loads(old_text), json.loads(provenance.read_text())
+        record = json.loads(text)
     except json.JSONDecodeError as err:
-        raise UserError(f"{provenance}: not JSON at {rev} or in the working tree ({err})") from None
-    return [f"{key}: {old.get(key)} -> {new.get(key)}" for key in RUN_CONDITIONS if old.get(key) != new.get(key)]
+        raise UserError(f"{where}: not JSON ({err})") from None
+    if not isinstance(record, dict):
+        raise UserError(f"{where}: expected a JSON object of run conditions, got {type(record).__name__}")
+    return record
 
 
 def _read(source) -> pd.DataFrame:
@@ -90,8 +98,8 @@ def diff_tables(rev: str, tables_dir, tolerance: float, out=print) -> int:
     provenance = tables_dir.parent / "provenance.json"
     conditions = changed_conditions(rev, provenance)
     if conditions:
-        out(f"{provenance}: the runs differ in more than the code since {rev}, so cells can move by "
-            "rounding alone:")
+        out(f"{provenance}: the runs' records differ since {rev}, so cells can move by rounding alone "
+            "(records before 2026-11-22 do not name the CPU's instruction set):")
         for line in conditions:
             out(f"  {line}")
     any_moved = False

@@ -261,14 +261,21 @@ def start(log_path, threads: int) -> tuple[subprocess.Popen, Path] | None:
     return server, directory
 
 
-def wait_ready(log_path, timeout_s: float = 120.0) -> None:
-    """Block until the server logging to `log_path` has made its imports. The workflow never
-    waits (an early job queues on the socket); a measurement of warm jobs must."""
+def wait_ready(server: subprocess.Popen, log_path, timeout_s: float = 120.0) -> None:
+    """Block until `server` (from `start`) has made its imports. The workflow never waits (an
+    early job queues on the socket); a measurement of warm jobs must. Only this server's own
+    line counts (the log is appended to by every server), and a server that dies ends the wait."""
     log, deadline = Path(log_path), time.monotonic() + timeout_s
-    while "preloaded" not in (log.read_text() if log.exists() else ""):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the warm-start server did not start within {timeout_s:.0f} s: "
-                               f"{log.read_text() if log.exists() else 'no log'}")
+    ready = f"[{server.pid}]: serving "
+    while True:
+        text = log.read_text() if log.exists() else ""
+        if any(ready in line and "preloaded" in line for line in text.splitlines()):
+            return
+        status = server.poll()
+        if status is not None or time.monotonic() > deadline:
+            what = f"exited with status {status}" if status is not None else f"was not ready after {timeout_s:g} s"
+            last = text.strip().splitlines()[-1] if text.strip() else "(empty)"
+            raise RuntimeError(f"{log}: the warm-start server (pid {server.pid}) {what}; last line: {last}")
         time.sleep(0.05)
 
 
