@@ -108,6 +108,13 @@ def native_bf16() -> list[str]:
     return [f for f in cpu_flags() if f in ("amx_bf16", "avx512_bf16")]
 
 
+def lm_spec(model: dict, context: int, batch: int, micro_batch_tokens: int | None = None) -> dict:
+    """A language-model spec for `lm._step` on random tokens: constant lr, clipping at 1.0."""
+    train = {"batch_size": batch, "lr": 1e-4, "weight_decay": 0.0, "warmup_steps": 0, "max_steps": 100,
+             "min_lr_ratio": 1.0, "grad_clip": 1.0, "micro_batch_tokens": micro_batch_tokens}
+    return {"context": context, "seed": 0, "pose_target": None, "model": model, "train": train}
+
+
 def machine() -> dict:
     import torch
 

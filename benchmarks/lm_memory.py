@@ -17,7 +17,7 @@ import json
 import subprocess
 import sys
 
-from common import BENCH, SRC, Options, Section, md_table, median
+from common import BENCH, SRC, Options, Section, lm_spec, md_table, median
 
 NAME = "lm_memory"
 TITLE = "Language-model memory at the paper's size (one training step, CPU, fp32)"
@@ -40,9 +40,8 @@ def _child(case: str, tokens: int) -> dict:
     from lengthgen.loop import adamw
 
     torch.set_num_threads(2)
-    train = {"batch_size": tokens // CONTEXT, "lr": 1e-4, "weight_decay": 0.0, "warmup_steps": 0, "max_steps": 10,
-             "min_lr_ratio": 1.0, "grad_clip": 1.0, "micro_batch_tokens": CONTEXT if case == "micro" else None}
-    spec = {"context": CONTEXT, "seed": 0, "pose_target": None, "model": PAPER, "train": train}
+    spec = lm_spec(PAPER, CONTEXT, tokens // CONTEXT, CONTEXT if case == "micro" else None)
+    train = spec["train"]
     torch.manual_seed(0)
     model = lm.build(spec, VOCAB)
     opt = adamw(model, train)

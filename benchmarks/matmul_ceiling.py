@@ -15,7 +15,7 @@ NAME = "matmul_ceiling"
 TITLE = "Hardware limit: dense matmul rate"
 THREADS_NOTE = ("A 2-thread rate close to (or below) the 1-thread rate means the second core was busy with "
                 "other jobs during the measurement: OpenMP threads wait for each other at every product.")
-MAX_CALL_S = 1.0  # a configuration whose single product would take longer is skipped (bf16 here)
+MAX_CALL_S = 1.0  # a configuration whose single product would take longer is skipped (emulated bf16)
 
 
 def _configs(quick: bool, threads: list[int]):

@@ -15,16 +15,18 @@ NEW = "task,scheme,seed,length,k,examples,accuracy\nt,rope,0,20,1,100,1.0000\nt,
       "t,rope,0,80,1,100,0.7000\n"
 
 
+def _commit_all(repo_dir, message: str) -> None:
+    subprocess.run(["git", "add", "-A"], cwd=repo_dir, check=True, capture_output=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message], cwd=repo_dir,
+                   check=True, capture_output=True)
+
+
 @pytest.fixture
 def history(tmp_path):
-    def git(*args):
-        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
-
-    git("init", "-q")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "results/tables").mkdir(parents=True)
     (tmp_path / "results/tables/length_sweep.csv").write_text(OLD)
-    git("add", "-A")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "old")
+    _commit_all(tmp_path, "old")
     (tmp_path / "results/tables/length_sweep.csv").write_text(NEW)
     return tmp_path
 
@@ -85,8 +87,7 @@ def test_a_change_of_machine_or_library_is_named_before_the_cells(repo, history)
         return json.dumps(record) + "\n"
 
     (history / "results/provenance.json").write_text(provenance("cpu (1 threads)", "2.13.0+cpu"))
-    subprocess.run(["git", "add", "-A"], cwd=history, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "p"], cwd=history, check=True)
+    _commit_all(history, "provenance")
     same = _diff(repo, history, "--rev", "HEAD").stdout
     assert "provenance.json" not in same  # the same conditions: nothing to say
 
@@ -103,8 +104,7 @@ def test_a_change_of_machine_or_library_is_named_before_the_cells(repo, history)
 ])
 def test_a_broken_provenance_record_is_one_line(repo, history, text, expected):
     (history / "results/provenance.json").write_text('{"devices": ["cpu (1 threads)"]}\n')
-    subprocess.run(["git", "add", "-A"], cwd=history, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "p"], cwd=history, check=True)
+    _commit_all(history, "provenance")
     (history / "results/provenance.json").write_text(text)
     done = _diff(repo, history, "--rev", "HEAD")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
