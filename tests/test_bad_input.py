@@ -72,7 +72,9 @@ CONFIG_CASES = [
     ("ppc_on_task_without_coupled_ids", {"tasks": [_task(schemes=["ppc"])], "schemes": PPC_SCHEMES},
      "scheme 'ppc' needs coupled position IDs"),
     ("head_without_coupled_positions", {"tasks": [{**ASSIGNMENT, "schemes": ["ptr"]}], "schemes": {"ptr": {
-        "encoding": "rope", "position_head": "pointer"}}}, "config.schemes.ptr.position_head"),
+        "encoding": "rope", "position_head": "classifier"}}}, "config.schemes.ptr.position_head"),
+    ("pointer_on_task_without_coupled_ids", {"tasks": [_task(schemes=["ptr"])], "schemes": {"ptr": {
+        "encoding": "rope", "position_head": "pointer"}}}, "scheme 'ptr' needs coupled position IDs"),
     ("unknown_scheme_override", {"tasks": [{**ASSIGNMENT, "scheme_options": {"pcc": {"copy": True}}}],
                                  "schemes": PPC_SCHEMES}, "tasks[0].schemes: unknown scheme 'pcc'"),
     # E4: the short context must be shorter; k cannot exceed the distant window

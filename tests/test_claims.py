@@ -1,169 +1,280 @@
-"""Claim 1 checks on synthetic sweeps: a falling curve passes, a flat one fails, one k is
-N/A, and only test lengths of at least min_length_ratio x the training length are judged."""
+"""The claim tests on synthetic sweeps with known answers: a clear trend passes, a flat one
+fails, too few fitted models are inconclusive; an unfit baseline never makes a PASS; the
+statistics agree with hand computation and exact enumeration."""
 
+import itertools
+
+import numpy as np
 import pandas as pd
 import pytest
 
-from lengthgen.claims import coupling_checks, sparsity_checks, spearman, unmeasured_rows, write_scorecard
+from lengthgen import stats
+from lengthgen.claims import (
+    coupling_checks,
+    language_checks,
+    scheme_role,
+    sparsity_checks,
+    unmeasured_rows,
+    verdict,
+    write_scorecard,
+)
 
-CFG = {"spearman_max": -0.8, "min_drop": 0.3, "min_length_ratio": 8, "fit_min": 0.95}
+ST = {"alpha": 0.01, "level": 0.95, "n_boot": 2000, "n_perm": 5000, "seed": 0}
+SPARSITY = {"min_length_ratio": 8, "fit_min": 0.95, "min_models_per_k": 3}
 
 
-def trend(rows):
-    """The trend checks, without the first row (whether every model fits)."""
-    assert rows[0]["check"].startswith("every model fits")
-    return rows[1:]
+def sweep(acc, seeds=range(4), schemes=("rope",), noise=0.0):
+    """acc: {(k, length): accuracy}; seed i adds i * noise (so seeds differ)."""
+    return pd.DataFrame([{"task": f"t_k{k}", "scheme": s, "seed": seed, "length": n, "k": k, "examples": 500,
+                          "accuracy": min(1.0, a + seed * noise)}
+                         for s in schemes for seed in seeds for (k, n), a in acc.items()])
 
 
-def sweep(acc_by_k_and_length, schemes=("rope",), seeds=(0, 1)):
-    rows = [{"task": f"t_k{k}", "scheme": s, "seed": seed, "length": n, "k": k, "examples": 100, "accuracy": a}
-            for s in schemes for seed in seeds for (k, n), a in acc_by_k_and_length.items()]
-    return pd.DataFrame(rows)
+def trend_rows(rows):
+    return [r for r in rows if "one point per fitted model" in r["check"]]
 
-def test_falling_accuracy_passes_and_short_lengths_are_not_judged():
-    df = sweep({(1, 10): 1.0, (2, 10): 1.0, (3, 10): 1.0, (1, 80): 0.95, (2, 80): 0.8, (3, 80): 0.55})
-    rows = trend(sparsity_checks(df, ["t_k1", "t_k2", "t_k3"], train_max=10, cfg=CFG))
-    assert [r["check"] for r in rows] == ["rope at n=80 (8x): Spearman(k, accuracy)",
-                                          "rope at n=80 (8x): accuracy(k=1) - accuracy(k=3)"]
-    assert [r["result"] for r in rows] == ["PASS", "PASS"]
-    assert rows[0]["value"] == -1.0 and rows[1]["value"] == pytest.approx(0.4)
 
-def test_small_drop_fails_even_when_ordered():
-    df = sweep({(1, 80): 1.0, (2, 80): 0.9, (3, 80): 0.8})
-    rows = trend(sparsity_checks(df, ["t_k1", "t_k2", "t_k3"], train_max=10, cfg=CFG))
-    assert [r["result"] for r in rows] == ["PASS", "FAIL"]
+FALLING = {(1, 10): 1.0, (2, 10): 1.0, (3, 10): 1.0, (1, 80): 0.95, (2, 80): 0.75, (3, 80): 0.55,
+           (1, 160): 0.9, (2, 160): 0.7, (3, 160): 0.5}
 
-def test_rising_accuracy_fails_and_single_k_is_not_applicable():
-    rising = trend(sparsity_checks(sweep({(1, 80): 0.5, (2, 80): 0.9}), ["t_k1", "t_k2"], train_max=10, cfg=CFG))
-    assert [r["result"] for r in rising] == ["FAIL", "FAIL"]
-    single = trend(sparsity_checks(sweep({(1, 80): 0.5}), ["t_k1"], train_max=10, cfg=CFG))
-    assert [r["result"] for r in single] == ["N/A"]
+
+# -- statistics ---------------------------------------------------------------------------
+
 
 def test_spearman_matches_hand_computed_ranks():
-    assert spearman([1, 2, 3, 4], [0.9, 0.95, 0.6, 0.5]) == pytest.approx(-0.8)
-    assert spearman([1, 2, 3], [1.0, 1.0, 0.8]) == pytest.approx(-0.8660, abs=1e-4)
+    assert stats.spearman([1, 2, 3, 4], [0.9, 0.95, 0.6, 0.5]) == pytest.approx(-0.8)
+    assert stats.spearman([1, 2, 3], [1.0, 1.0, 0.8]) == pytest.approx(-0.8660, abs=1e-4)
+
+
+def test_permutation_p_is_exact_on_a_small_case_and_agrees_with_enumeration_on_a_larger_one():
+    # Five distinct values perfectly reversed: only 1 of the 120 orderings is as negative.
+    rho, p = stats.permutation_spearman([1, 2, 3, 4, 5], [5, 4, 3, 2, 1], "less", n_perm=1000)
+    assert rho == pytest.approx(-1.0) and p == pytest.approx(1 / 120)
+    # Nine points with ties in k: beyond exact enumeration, so it samples; checked against all 9!.
+    x, y = [1, 1, 1, 2, 2, 2, 3, 3, 3], [0.9, 1.0, 0.8, 0.7, 0.85, 0.6, 0.75, 0.5, 0.65]
+    rx, ry = pd.Series(x).rank().to_numpy(), pd.Series(y).rank().to_numpy()
+    perms = np.array(list(itertools.permutations(ry)))
+    xc, yc = rx - rx.mean(), perms - perms.mean(axis=1, keepdims=True)
+    rhos = (yc @ xc) / np.sqrt((xc**2).sum() * (yc**2).sum(axis=1))
+    exact = np.mean(rhos <= stats.spearman(x, y) + 1e-12)
+    _, sampled = stats.permutation_spearman(x, y, "less", n_perm=20000, seed=3)
+    assert 0.01 < exact < 0.2 and sampled == pytest.approx(exact, abs=0.006)
+
+
+def test_interval_verdict_is_three_way():
+    assert stats.interval_verdict(0.92, 0.99, 0.9, ">=") == "PASS"
+    assert stats.interval_verdict(0.5, 0.8, 0.9, ">=") == "FAIL"
+    assert stats.interval_verdict(0.85, 0.95, 0.9, ">=") == "INCONCLUSIVE"
+    assert stats.interval_verdict(0.0, 0.05, 0.1, "<=") == "PASS"
+    assert stats.interval_verdict(0.2, 0.4, 0.1, "<=") == "FAIL"
+
+
+def test_seed_binomial_means_cover_both_spreads():
+    one = stats.seed_binomial_means([0.5, 0.5, 0.5], [100, 100, 100], 4000, seed=0)
+    two = stats.seed_binomial_means([0.2, 0.5, 0.8], [100, 100, 100], 4000, seed=0)
+    assert one.mean() == pytest.approx(0.5, abs=0.01) and 0.01 < one.std() < 0.05  # test sets alone
+    assert two.std() > 3 * one.std()  # seed-to-seed spread adds to it
+
+
+# -- claim 1 ------------------------------------------------------------------------------
+
+
+def test_a_clear_trend_passes_with_its_effect_and_interval():
+    (row,) = trend_rows(sparsity_checks(sweep(FALLING, noise=0.01), ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST))
+    assert row["result"] == "PASS" and row["value"] < -0.8 and row["p"] <= 0.01 and row["n"] == 12
+    assert "effect acc(k=1) - acc(k=3) 0.400" in row["detail"]
+    assert row["check"].startswith("rope: Spearman(k, mean accuracy at n >= 8x)")
+
+
+def test_a_flat_trend_fails():
+    flat = {key: (1.0 if n == 10 else 0.7) for key, n in ((key, key[1]) for key in FALLING)}
+    (row,) = trend_rows(sparsity_checks(sweep(flat, noise=0.01), ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST))
+    assert row["result"] == "FAIL" and row["p"] > 0.01
+
+
+def test_two_fitted_models_per_k_are_inconclusive_never_pass():
+    df = sweep(FALLING, seeds=range(2), noise=0.01)
+    (row,) = trend_rows(sparsity_checks(df, ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST))
+    assert row["result"] == "INCONCLUSIVE" and "k=1: 2, k=2: 2, k=3: 2" in row["detail"]
+
+
+def test_unfit_models_are_left_out_and_named():
+    df = sweep(FALLING, seeds=range(5), noise=0.005)
+    df.loc[(df["k"] == 3) & (df["seed"] == 0), "accuracy"] = 0.5  # at chance everywhere
+    rows = sparsity_checks(df, ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST)
+    fit = rows[0]
+    assert fit["result"] == "descriptive" and fit["value"] == pytest.approx(14 / 15, abs=1e-4)
+    assert fit["detail"] == "below: t_k3/rope/seed0 0.500"
+    (row,) = trend_rows(rows)
+    assert row["n"] == 14 and row["detail"].endswith("left out, unfit: t_k3/rope/seed0")
+
+
+def test_per_length_rows_are_descriptive_not_verdicts():
+    rows = sparsity_checks(sweep(FALLING, noise=0.01), ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST)
+    lengths = [r for r in rows if r["check"].startswith("rope at n=")]
+    assert [r["check"].split(":")[0] for r in lengths] == ["rope at n=80 (8x)", "rope at n=160 (16x)"]
+    assert {r["result"] for r in lengths} == {"descriptive"}
+
+
+# -- claim 2 ------------------------------------------------------------------------------
+
+COUPLING = {"length_ratio": 2, "coupled_min": 0.9, "index_max": 0.1, "fit_min": 0.95, "margin": 0.3,
+            "match_tolerance": 0.05}
+OPTS = {"rope": {"positions": "index", "position_head": "none"},
+        "pointer": {"positions": "index", "position_head": "pointer"},
+        "pc": {"positions": "coupled", "position_head": "pointer", "feed_ids": "oracle"},
+        "ppc": {"positions": "coupled", "position_head": "pointer"}}
+
+
+def coupling_sweep(task, acc, seeds=(0, 1, 2), examples=500):
+    """acc: {(scheme, length): [accuracy per seed]}"""
+    return pd.DataFrame([{"task": task, "scheme": s, "seed": seed, "length": n, "depth": 1, "examples": examples,
+                          "accuracy": a[i]} for (s, n), a in acc.items() for i, seed in enumerate(seeds)])
+
+
+def info(kind, schemes):
+    return {"kind": kind, "n_max": 10, "scheme_options": {s: OPTS[s] for s in schemes}}
+
+
+def verdicts(rows):
+    return {r["check"].split(": ", 1)[1]: r["result"] for r in rows if r["result"] != "descriptive"}
+
+
+def test_roles_name_the_oracle_and_the_copy_control():
+    assert [scheme_role(OPTS[s]) for s in ("rope", "pointer", "pc", "ppc")] == ["index", "index", "pc", "ppc"]
+    assert scheme_role({"positions": "coupled", "position_head": "none"}) == "pc"
+
+
+def test_scratchpad_unfit_index_baseline_is_inconclusive_never_pass():
+    df = coupling_sweep("e2", {("pc", 10): [1, 1, 1], ("pc", 20): [1, 1, 1],
+                               ("rope", 10): [0.0, 0.05, 0.2], ("rope", 20): [0, 0, 0]})
+    rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc", "rope"])}, COUPLING, ST)
+    assert verdicts(rows) == {"pc (pc) exact match": "PASS", "rope (index) exact match": "INCONCLUSIVE"}
+    assert "unfit at 1x: rope 0.05 (min 0.00)" in rows[-1]["detail"]
+
+
+def test_scratchpad_fitted_index_baseline_that_fails_at_2x_passes():
+    df = coupling_sweep("e2", {("ppc", 10): [1, 1, 1], ("ppc", 20): [1.0, 0.98, 0.99],
+                               ("rope", 10): [1, 0.99, 1], ("rope", 20): [0, 0.01, 0]})
+    rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["ppc", "rope"])}, COUPLING, ST)
+    assert verdicts(rows) == {"ppc (ppc) exact match": "PASS", "rope (index) exact match": "PASS"}
+    assert rows[0]["result"] == "descriptive" and rows[0]["value"] == 1.0
+
+
+def test_scratchpad_straddling_interval_is_inconclusive_and_a_clear_miss_fails():
+    df = coupling_sweep("e2", {("pc", 10): [1, 1, 1], ("pc", 20): [0.95, 0.85, 0.9],
+                               ("ppc", 10): [1, 1, 1], ("ppc", 20): [0.5, 0.4, 0.45]})
+    rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc", "ppc"])}, COUPLING, ST)
+    assert verdicts(rows) == {"pc (pc) exact match": "INCONCLUSIVE", "ppc (ppc) exact match": "FAIL"}
+
+
+E3 = {("ppc", 10): [1, 1, 0.99], ("ppc", 20): [0.95, 0.9, 0.97], ("pc", 10): [1, 1, 1], ("pc", 20): [0.96, 0.92, 0.97]}
+
+
+def e3_rows(extra):
+    df = coupling_sweep("e3", {**E3, **extra})
+    schemes = sorted({s for s, _ in {**E3, **extra}})
+    return coupling_checks(df, {"e3": {**info("variable_assignment", schemes), "answer_format": "chain"}},
+                           COUPLING, ST)
+
+
+def test_assignment_fitted_baselines_far_below_ppc_pass():
+    rows = e3_rows({("rope", 10): [1, 0.97, 1], ("rope", 20): [0.3, 0.2, 0.25],
+                    ("pointer", 10): [1, 1, 1], ("pointer", 20): [0.4, 0.35, 0.5]})
+    assert verdicts(rows) == {"ppc - best scheme without coupled IDs (pointer)": "PASS",
+                              "ppc - pc (oracle IDs)": "PASS"}
+    assert rows[0]["check"].startswith("e3 (chain answers) at n=10 (1x)")
+
+
+def test_assignment_fitted_control_as_good_as_ppc_fails():
+    rows = e3_rows({("rope", 10): [0.2, 0.3, 0.3], ("rope", 20): [0.1, 0.1, 0.1],
+                    ("pointer", 10): [1, 1, 1], ("pointer", 20): [0.94, 0.92, 0.96]})
+    got = verdicts(rows)
+    assert got["ppc - best scheme without coupled IDs (pointer)"] == "FAIL"  # whatever rope does
+
+
+def test_assignment_unfit_baseline_turns_a_pass_into_inconclusive():
+    rows = e3_rows({("rope", 10): [0.2, 0.3, 0.3], ("rope", 20): [0.1, 0.1, 0.1],
+                    ("pointer", 10): [1, 1, 1], ("pointer", 20): [0.4, 0.35, 0.5]})
+    row = next(r for r in rows if "best scheme" in r["check"])
+    assert row["result"] == "INCONCLUSIVE" and "unfit at 1x: rope 0.30 (min 0.20)" in row["detail"]
+
+
+def test_assignment_with_no_fitted_baseline_is_inconclusive():
+    rows = e3_rows({("rope", 10): [0.2, 0.3, 0.3], ("rope", 20): [0.1, 0.1, 0.1]})
+    row = next(r for r in rows if "best scheme" in r["check"])
+    assert row["result"] == "INCONCLUSIVE" and np.isnan(row["value"])
+
+
+def test_coupling_without_the_2x_length_is_not_measured():
+    df = coupling_sweep("e2", {("pc", 10): [1, 1, 1], ("pc", 40): [1, 1, 1]})
+    rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc"])}, COUPLING, ST)
+    assert [r["result"] for r in rows] == ["N/A"]
+
+
+# -- claim 3 ------------------------------------------------------------------------------
+
+
+def scores(n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    long, gap = rng.uniform(1, 3, n), rng.uniform(0.6, 2, n)
+    df = pd.DataFrame({"L_long": long, "L_short": long + gap, "scored": True})
+    df["gap"] = gap
+    df["L_greedy_1"] = df["L_short"] - 0.8 * gap
+    df["L_attention_1"] = df["L_short"] - rng.uniform(0.2, 0.4, n) * gap
+    df["L_random_1"] = df["L_short"] - rng.uniform(-0.1, 0.1, n) * gap
+    df["short_window"] = 4.0 + rng.normal(0, 0.1, n)
+    df["short_coupled_1"] = df["short_window"] - 0.2
+    df["short_true_1"] = df["short_window"] + rng.normal(0, 0.5, n)
+    return df
+
+
+def test_claim_3_rows_are_judged_on_intervals_over_tokens():
+    cfg = {"greedy_k": 1, "recovered_min": 0.5, "short_coupled": True}
+    rows = language_checks(scores(), cfg, ST)
+    assert [r["result"] for r in rows] == ["PASS", "PASS", "PASS"]
+    assert rows[0]["value"] == pytest.approx(0.8) and rows[0]["n"] == 200
+    assert rows[1]["ci_low"] > 0.1
+    hard = language_checks(scores(), {**cfg, "recovered_min": 0.9, "short_coupled": False}, ST)
+    assert [r["result"] for r in hard] == ["FAIL", "PASS", "INCONCLUSIVE"]  # true IDs: noise around 0
+
+
+def test_claim_3_attention_no_better_than_random_is_not_a_pass():
+    df = scores()
+    df["L_attention_1"] = df["L_random_1"] + np.random.default_rng(1).normal(0, 0.01, len(df))
+    rows = language_checks(df, {"greedy_k": 1, "recovered_min": 0.5, "short_coupled": True}, ST)
+    assert rows[1]["result"] in ("INCONCLUSIVE", "FAIL")
+
+
+# -- the scorecard ------------------------------------------------------------------------
 
 
 def test_claims_without_an_experiment_are_listed_as_not_measured():
     rows = unmeasured_rows(["2 coupling", "3 language"])
     assert [r["claim"] for r in rows] == ["2 coupling", "3 language"]
     assert all(r["result"] == "N/A" and "not in this grid" in r["check"] for r in rows)
+    assert verdict(rows, "2 coupling") == "not measured"
 
 
-def test_scorecard_markdown_is_a_well_formed_table(tmp_path):
-    rows = trend(sparsity_checks(sweep({(1, 80): 1.0, (2, 80): 0.5}), ["t_k1", "t_k2"], train_max=10, cfg=CFG))
-    write_scorecard(rows + unmeasured_rows(["3 language"]), tmp_path / "c.csv", tmp_path / "c.md")
-    lines = (tmp_path / "c.md").read_text().splitlines()[2:]
-    assert lines[1] == "|---|---|---|---|---|---|"
-    assert all(line.count("|") == 7 for line in lines), lines
-
-
-def test_no_long_enough_length_is_said_not_skipped():
-    rows = trend(sparsity_checks(sweep({(1, 20): 1.0, (2, 20): 0.5}), ["t_k1", "t_k2"], train_max=10, cfg=CFG))
-    assert [r["result"] for r in rows] == ["N/A"] and "no test length >= 8x" in rows[0]["check"]
-
-
-def test_mixture_models_are_judged_one_model_at_a_time():
-    rows = [{"task": task, "scheme": "rope", "seed": 0, "length": 80, "k": k, "examples": 10, "accuracy": acc}
-            for task, accs in (("K2", [1.0, 0.5]), ("K3", [0.6, 0.6, 0.6])) for k, acc in enumerate(accs, start=1)]
-    checks = trend(sparsity_checks(pd.DataFrame(rows), ["K2", "K3"], train_max=10, cfg=CFG))
-    assert [(r["check"].split(" at ")[0], r["result"]) for r in checks] == [
-        ("rope/K2", "PASS"), ("rope/K2", "PASS"), ("rope/K3", "FAIL"), ("rope/K3", "FAIL")]
-
-
-def test_fixed_and_mixture_models_in_one_grid_are_judged_apart():
-    """Fixed-k tasks (one k each) are compared with each other, a mixture task on its own: a
-    mixture model's flat curve must not average into the fixed models' falling one."""
-    fixed = sweep({(1, 80): 1.0, (2, 80): 0.8, (3, 80): 0.5})
-    flat = pd.DataFrame([{"task": "K3", "scheme": "rope", "seed": 0, "length": 80, "k": k, "examples": 10,
-                          "accuracy": 0.6} for k in (1, 2, 3)])
-    checks = trend(sparsity_checks(pd.concat([fixed, flat]), ["t_k1", "t_k2", "t_k3", "K3"], train_max=10, cfg=CFG))
-    assert [(r["check"].split(" at ")[0], r["result"]) for r in checks] == [
-        ("rope", "PASS"), ("rope", "PASS"), ("rope/K3", "FAIL"), ("rope/K3", "FAIL")]
-    assert checks[1]["value"] == pytest.approx(0.5)
-
-
-def test_fit_row_names_each_model_that_did_not_fit_its_training_lengths():
-    """A model at chance at the training length would drag its k's mean down and fake a trend:
-    the first row fails and names it; none at the training length is N/A, all fit is PASS."""
-    df = sweep({(1, 10): 1.0, (3, 10): 1.0, (1, 80): 1.0, (3, 80): 0.5})
-    df.loc[(df["k"] == 3) & (df["seed"] == 0) & (df["length"] == 10), "accuracy"] = 0.49
-    fit = sparsity_checks(df, ["t_k1", "t_k3"], train_max=10, cfg=CFG)[0]
-    assert (fit["result"], fit["value"]) == ("FAIL", pytest.approx(0.49))
-    assert fit["detail"] == "3 of 4 models: below, t_k3/rope/seed0 0.490"
-    df.loc[df["length"] == 10, "accuracy"] = 0.96
-    assert sparsity_checks(df, ["t_k1", "t_k3"], train_max=10, cfg=CFG)[0]["result"] == "PASS"
-    assert sparsity_checks(df, ["t_k1", "t_k3"], train_max=12, cfg=CFG)[0]["result"] == "N/A"
-
-
-def test_trend_rows_leave_out_a_model_that_did_not_fit():
-    """A k = 3 seed at chance everywhere (0.5) makes a flat curve look like a fall of 0.3: the
-    trend rows judge the fitted seed alone (drop 0.1, FAIL) and name the one left out."""
-    df = sweep({(1, 10): 1.0, (3, 10): 1.0, (1, 80): 1.0, (3, 80): 0.9})
-    df.loc[(df["k"] == 3) & (df["seed"] == 0), "accuracy"] = 0.5
-    rows = trend(sparsity_checks(df, ["t_k1", "t_k3"], train_max=10, cfg=CFG))
-    assert rows[1]["value"] == pytest.approx(0.1) and rows[1]["result"] == "FAIL"
-    assert rows[1]["detail"] == "k=1: 1.000, k=3: 0.900; left out, unfit: t_k3/rope/seed0"
-    other = trend(sparsity_checks(df.assign(scheme="nope"), ["t_k1", "t_k3"], train_max=10, cfg=CFG))
-    assert other[1]["detail"].endswith("t_k3/nope/seed0")
-    df.loc[df["k"] == 3, "accuracy"] = 0.5  # no k = 3 model fits: one k is left, no trend to judge
-    (row,) = trend(sparsity_checks(df, ["t_k1", "t_k3"], train_max=10, cfg=CFG))
-    assert row["result"] == "N/A" and row["detail"] == "k=1: 1.000; left out, unfit: t_k3/rope/seed0, t_k3/rope/seed1"
-    df["accuracy"] = 0.5  # no model fits at all
-    (row,) = trend(sparsity_checks(df, ["t_k1", "t_k3"], train_max=10, cfg=CFG))
-    assert row["check"].endswith("no model fits") and row["detail"].startswith("left out, unfit: t_k1/rope/seed0")
-
-
-# -- claim 2 -------------------------------------------------------------------------------
-
-COUPLING = {"length_ratio": 2, "coupled_min": 0.5, "index_max": 0.1, "fit_min": 0.95, "margin": 0.3}
-ROLES = {"rope": {"positions": "index", "position_head": "none"},
-         "pose": {"positions": "index", "position_head": "none"},
-         "pc": {"positions": "coupled", "position_head": "none"},
-         "ppc": {"positions": "coupled", "position_head": "pointer"}}
-
-
-def coupling_sweep(task, acc, depths=(None,), seeds=(0, 1, 2)):
-    """acc: {(scheme, length): [accuracy per seed]}"""
-    rows = [{"task": task, "scheme": s, "seed": seed, "length": n, "depth": d, "accuracy": a[i]}
-            for (s, n), a in acc.items() for i, seed in enumerate(seeds) for d in depths]
-    return pd.DataFrame(rows)
-
-
-def info(kind, schemes):
-    return {"kind": kind, "n_max": 10, "scheme_options": {s: ROLES[s] for s in schemes}}
-
-
-def test_scratchpad_coupling_uses_the_median_over_seeds_at_2x():
-    df = coupling_sweep("e2", {("pc", 20): [0.9, 0.6, 0.0], ("ppc", 20): [0.4, 0.45, 1.0],
-                               ("rope", 20): [0.0, 0.05, 0.9], ("pc", 10): [1, 1, 1]})
-    rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc", "ppc", "rope"])}, COUPLING)
-    got = {r["check"].split(": ")[1]: (r["value"], r["result"]) for r in rows}
-    assert got == {"pc (pc) exact match": (0.6, "PASS"), "ppc (ppc) exact match": (0.45, "FAIL"),
-                   "rope (index) exact match": (0.05, "PASS")}
-
-
-def test_assignment_needs_ppc_to_fit_and_beat_the_best_index_scheme_pose_included():
-    df = coupling_sweep("e3", {("ppc", 10): [1.0, 0.96, 0.97], ("ppc", 20): [0.8, 0.7, 0.9],
-                               ("rope", 20): [0.1, 0.1, 0.1], ("pose", 20): [0.55, 0.55, 0.6]}, depths=(1, 2))
-    e3 = {**info("variable_assignment", ["ppc", "rope", "pose"]), "answer_format": "chain"}
-    rows = coupling_checks(df, {"e3": e3}, COUPLING)
-    assert [r["result"] for r in rows] == ["PASS", "FAIL"]
-    assert all(r["check"].startswith("e3 (chain answers) at n=") for r in rows)
-    assert rows[0]["value"] == pytest.approx(0.97)
-    assert "best index scheme (pose)" in rows[1]["check"] and rows[1]["value"] == pytest.approx(0.25)
-
-
-def test_coupling_without_the_2x_length_is_not_applicable():
-    df = coupling_sweep("e2", {("pc", 10): [1, 1, 1], ("pc", 40): [1, 1, 1]})
-    rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc"])}, COUPLING)
-    assert [r["result"] for r in rows] == ["N/A"]
+def test_summary_line_says_undecided_when_every_check_is_inconclusive(tmp_path):
+    df = sweep(FALLING, seeds=range(2), noise=0.01)
+    rows = sparsity_checks(df, ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST) + unmeasured_rows(["3 language"])
+    assert verdict(rows, "1 sparsity") == "not reproduced: undecided (1 INCONCLUSIVE)"
+    write_scorecard(rows, tmp_path / "c.csv", tmp_path / "c.md")
+    text = (tmp_path / "c.md").read_text()
+    assert "- claim 1 sparsity: not reproduced: undecided (1 INCONCLUSIVE)" in text
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    assert table[1] == "|---|---|---|---|---|---|---|---|---|"
+    assert all(line.count("|") == 10 for line in table), table
+    back = pd.read_csv(tmp_path / "c.csv")
+    assert list(back.columns) == ["claim", "check", "value", "ci_low", "ci_high", "p", "n", "threshold", "result",
+                                  "detail"]
 
 
 def test_sparse_parity_figure_leaves_out_the_models_the_scorecard_leaves_out(tmp_path, monkeypatch):
     from lengthgen import figures
 
-    df = sweep({(1, 10): 1.0, (2, 10): 1.0, (1, 80): 0.9, (2, 80): 0.7})
+    df = sweep({(1, 10): 1.0, (2, 10): 1.0, (1, 80): 0.9, (2, 80): 0.7}, seeds=range(2))
     df.loc[(df["task"] == "t_k2") & (df["seed"] == 1), "accuracy"] = 0.5  # at chance: unfit
     df.assign(depth=pd.NA).to_csv(tmp_path / "sweep.csv", index=False)
     drawn = {}
@@ -173,8 +284,3 @@ def test_sparse_parity_figure_leaves_out_the_models_the_scorecard_leaves_out(tmp
     kept = set(drawn["data"][["task", "seed"]].itertuples(index=False, name=None))
     assert kept == {("t_k1", 0), ("t_k1", 1), ("t_k2", 0)}
     assert "left out (accuracy < 0.95 at n = 10): t_k2/rope/seed1" in drawn["title"]
-    figures.sparse_parity(tmp_path / "sweep.csv", ["t_k1", "t_k2"], 10, tmp_path / "f.png")  # no fit_min: all
-    assert len(drawn["data"]) == len(df) and "left out" not in drawn["title"]
-    df.assign(accuracy=0.5, depth=pd.NA).to_csv(tmp_path / "sweep.csv", index=False)  # no model fits: all drawn
-    figures.sparse_parity(tmp_path / "sweep.csv", ["t_k1", "t_k2"], 10, tmp_path / "f.png", fit_min=0.95)
-    assert len(drawn["data"]) == len(df) and "no model fits (accuracy < 0.95 at n = 10)" in drawn["title"]

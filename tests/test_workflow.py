@@ -67,14 +67,12 @@ def test_smoke_tables_are_long_sorted_and_complete(smoke_run):
     assert set(claims["claim"]) == {"1 sparsity", "2 coupling", "3 language"}
     assert "not in this grid" not in " ".join(claims["check"])
     sparsity = claims[claims["claim"] == "1 sparsity"].set_index("check")["result"]
-    alibi = claims[claims["check"].str.startswith("alibi at n=80 (8x)")]
-    if len(alibi) == 1:  # the smoke models are small: when no k = 2 model fits, there is no trend to judge
-        assert alibi["result"].iloc[0] == "N/A" and "left out, unfit: smoke_k2/alibi" in alibi["detail"].iloc[0]
-    else:
-        assert len(alibi) == 2 and set(alibi["result"]) <= {"PASS", "FAIL"}
-    assert list(sparsity.filter(like="nope")) == ["N/A"]  # nope is trained on k = 1 only
+    # the smoke grid has 2 seeds, below min_models_per_k: the tests cannot decide, and say so
+    assert sparsity.filter(like="one point per fitted model").tolist() == ["INCONCLUSIVE", "INCONCLUSIVE"]
+    assert set(sparsity.filter(like=" at n=")) == {"descriptive"}
     coupling = claims[claims["claim"] == "2 coupling"].set_index("check")["result"]
-    assert set(coupling) <= {"PASS", "FAIL"} and any("smoke_scratchpad at n=20 (2x): ppc" in c for c in coupling.index)
+    verdicts = coupling.filter(like="smoke_scratchpad at n=20 (2x): ppc")
+    assert len(verdicts) == 1 and set(coupling) <= {"PASS", "FAIL", "INCONCLUSIVE", "descriptive"}
 
 
 def test_smoke_language_tables_figures_and_claim_3(smoke_run):
@@ -94,7 +92,8 @@ def test_smoke_language_tables_figures_and_claim_3(smoke_run):
         assert (smoke_run / f"results/figures/{name}.png").stat().st_size > 10_000
     claims = pd.read_csv(smoke_run / "results/tables/claims.csv", keep_default_na=False)
     language = claims[claims["claim"] == "3 language"]
-    assert len(language) == 3 and set(language["result"]) <= {"PASS", "FAIL"}
+    # greedy k=4, attention - random at each of k = 1, 2, 4, the short model
+    assert len(language) == 5 and set(language["result"]) <= {"PASS", "FAIL", "INCONCLUSIVE"}
 
 
 def test_local_jobs_fork_from_the_warm_start_server(smoke_run):
@@ -138,7 +137,7 @@ def _edited(smoke_run, relpath):
                                     "figure_coupling", "provenance", "train_lm", "score_influence",
                                     "influence_report", "all"}),
         ("src/lengthgen/language/influence.py", {"score_influence", "influence_report", "claims", "all"}),
-        ("src/lengthgen/language/report.py", {"influence_report", "claims", "all"}),
+        ("src/lengthgen/language/report.py", {"influence_report", "all"}),
         ("src/lengthgen/figures.py", {"figure_sparse_parity", "figure_coupling", "all"}),
         ("src/lengthgen/decode.py", {"length_sweep", "aggregate", "claims", "figure_sparse_parity",
                                      "figure_coupling", "all"}),

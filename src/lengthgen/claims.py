@@ -1,55 +1,35 @@
-"""The claims scorecard: each claim of the paper as a check with its measured value,
-its threshold from the config, and PASS or FAIL. A run states by itself whether it
-reproduced the paper."""
+"""The claims scorecard: each claim of the paper decided by a statistical test fixed in the
+config before the run, with its value, interval or p, the number of units it rests on, and
+PASS, FAIL or INCONCLUSIVE. A run states by itself whether it reproduced the paper.
+
+Fit first: a model (claim 1) or a scheme (claim 2) enters a length comparison only if it fits
+its training lengths. A comparison with an unfit party is INCONCLUSIVE, never PASS, since a
+model that never learned the task fails at every length and says nothing about length.
+Rows marked `descriptive` show the numbers behind a verdict; they are not verdicts.
+"""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pandas as pd
 
-from lengthgen.aggregate import summarize
+from lengthgen import stats
 from lengthgen.fileio import atomic_path, write_text
+from lengthgen.stats import FAIL, INCONCLUSIVE, PASS, spearman  # noqa: F401 (spearman: re-exported)
+
+DESCRIPTIVE, NOT_MEASURED = "descriptive", "N/A"
+COLUMNS = ["claim", "check", "value", "ci_low", "ci_high", "p", "n", "threshold", "result", "detail"]
 
 
-def spearman(x, y) -> float:
-    """Spearman rank correlation (average ranks for ties)."""
-    rx, ry = pd.Series(x).rank(), pd.Series(y).rank()
-    if rx.std() == 0 or ry.std() == 0:
-        return float("nan")
-    return float(rx.corr(ry))
+def _row(claim, check, value, threshold, result, detail, ci=(math.nan, math.nan), p=math.nan, n=0) -> dict:
+    return {"claim": claim, "check": check, "value": _r(value), "ci_low": _r(ci[0]), "ci_high": _r(ci[1]),
+            "p": _r(p), "n": int(n), "threshold": threshold, "result": result, "detail": detail}
 
 
-def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int, cfg: dict) -> list[dict]:
-    """Claim 1, per scheme and per test length of at least `min_length_ratio` x the longest
-    training length: mean accuracy over seeds falls with k. Every such length is reported,
-    so a scheme that separates k at one length and not another shows both. Models trained on
-    a mixture of k (several k per task) are judged one task at a time, so that each k is
-    compared within the same model rather than across training distributions. The first row
-    says whether every model fit its training lengths (`fit_min`); the trend rows judge the
-    models that did, since one at chance everywhere fakes a fall with k (named in the detail)."""
-    sweep = sweep[sweep["task"].isin(sparse_tasks)]
-    rows = [_fit_row(sweep, train_max, cfg["fit_min"])]
-    long_enough = sorted(n for n in sweep["length"].unique() if n >= cfg["min_length_ratio"] * train_max)
-    if not long_enough:
-        longest = int(sweep["length"].max()) if len(sweep) else 0
-        return rows + [_row("1 sparsity", f"no test length >= {cfg['min_length_ratio']:g}x the training length "
-                            f"{train_max}", float("nan"), "-", None, f"longest test length {longest}")]
-    # Fixed-k models are compared across tasks (one per k), each mixture model on its own.
-    mixture = sweep.groupby("task")["k"].transform("nunique") > 1
-    sweep = sweep.assign(model=sweep["scheme"].where(~mixture, sweep["scheme"] + "/" + sweep["task"]),
-                         fits=fitted(sweep, train_max, cfg["fit_min"]))
-    for name, g in sweep.groupby("model", sort=True):
-        names = model_names(g[~g["fits"]])
-        note = f"left out, unfit: {names}" if names else ""
-        df = summarize(g[g["fits"]].drop(columns=["model", "fits"]))
-        for n in long_enough:
-            by_k = df[df["length"] == n].groupby("k")["mean"].mean().sort_index()
-            rows.extend(_sparsity_rows(f"{name} at n={n} ({n / train_max:g}x)", by_k, cfg, note))
-    return rows
-
-
-def _model_accuracy_at(sweep: pd.DataFrame, length: int) -> pd.Series:
-    """Accuracy of each model (task, scheme, seed) at `length`, mean over k."""
-    return sweep[sweep["length"] == length].groupby(["task", "scheme", "seed"])["accuracy"].mean()
+def _r(x) -> float:
+    return round(float(x), 4)
 
 
 def model_names(rows: pd.DataFrame) -> str:
@@ -58,129 +38,255 @@ def model_names(rows: pd.DataFrame) -> str:
     return ", ".join(f"{t}/{s}/seed{seed}" for t, s, seed in models)
 
 
+def _model_accuracy_at(sweep: pd.DataFrame, length: int) -> pd.Series:
+    """Accuracy of each model (task, scheme, seed) at `length`, mean over k or depth."""
+    return sweep[sweep["length"] == length].groupby(["task", "scheme", "seed"])["accuracy"].mean()
+
+
 def fitted(sweep: pd.DataFrame, train_max: int, fit_min: float):
     """Per row of the sweep: whether its model fit its training lengths (True when untested)."""
     low = _model_accuracy_at(sweep, train_max).loc[lambda acc: acc < fit_min].index
     return ~pd.MultiIndex.from_frame(sweep[["task", "scheme", "seed"]]).isin(low)
 
 
+# -- claim 1: sparsity ------------------------------------------------------------------------
+
+
+def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int, cfg: dict, st: dict) -> list[dict]:
+    """Claim 1, one verdict per scheme: one point per fitted model (its mean accuracy over the
+    test lengths of at least `min_length_ratio` x training); PASS when Spearman(k, point) is
+    negative with one-sided permutation p <= alpha, FAIL when not, INCONCLUSIVE when fewer
+    than two k have `min_models_per_k` fitted models. Models trained on a mixture of k give one
+    point per (model, k). The per-length means follow as descriptive rows."""
+    sweep = sweep[sweep["task"].isin(sparse_tasks)]
+    sweep = sweep.assign(fits=fitted(sweep, train_max, cfg["fit_min"]))
+    rows = [_fit_row(sweep, train_max, cfg["fit_min"])]
+    long = sorted(n for n in sweep["length"].unique() if n >= cfg["min_length_ratio"] * train_max)
+    if not long:
+        longest = int(sweep["length"].max()) if len(sweep) else 0
+        return rows + [_row("1 sparsity", f"no test length >= {cfg['min_length_ratio']:g}x the training length "
+                            f"{train_max}", math.nan, "-", NOT_MEASURED, f"longest test length {longest}")]
+    for scheme, g in sweep.groupby("scheme", sort=True):
+        rows.append(_trend_row(scheme, g, long, train_max, cfg, st))
+        fit = g[g["fits"]]
+        for n in long:
+            by_k = fit[fit["length"] == n].groupby("k")["accuracy"].mean().sort_index()
+            detail = ", ".join(f"k={k}: {v:.3f}" for k, v in by_k.items())
+            drop = by_k.iloc[0] - by_k.iloc[-1] if len(by_k) else math.nan
+            models = len(fit.loc[fit["length"] == n, ["task", "seed"]].drop_duplicates())
+            rows.append(_row("1 sparsity", f"{scheme} at n={n} ({n / train_max:g}x): mean accuracy, smallest k - "
+                             "largest k", drop, "-", DESCRIPTIVE, detail, n=models))
+    return rows
+
+
 def _fit_row(sweep: pd.DataFrame, train_max: int, fit_min: float) -> dict:
-    """Every model (task, scheme, seed) fits its training lengths: its accuracy at the longest,
-    mean over k."""
+    """How many models fit their training lengths: accuracy at the longest, mean over k."""
     acc = _model_accuracy_at(sweep, train_max)
     if acc.empty:
-        return _row("1 sparsity", f"every model fits at n={train_max} (1x)", float("nan"), "-", None,
+        return _row("1 sparsity", f"models that fit at n={train_max} (1x)", math.nan, "-", NOT_MEASURED,
                     f"no test length equals the longest training length {train_max}")
     low = acc[acc < fit_min]
-    detail = f"{len(acc) - len(low)} of {len(acc)} models" + (": below, " + ", ".join(
-        f"{t}/{s}/seed{seed} {a:.3f}" for (t, s, seed), a in low.items()) if len(low) else "")
-    return _row("1 sparsity", f"every model fits at n={train_max} (1x): smallest accuracy", float(acc.min()),
-                f">= {fit_min}", bool(acc.min() >= fit_min), detail)
+    detail = "below: " + ", ".join(f"{t}/{s}/seed{seed} {a:.3f}" for (t, s, seed), a in low.items()) if len(low) else ""
+    return _row("1 sparsity", f"models that fit at n={train_max} (1x): fraction", (acc >= fit_min).mean(),
+                f">= {fit_min} each", DESCRIPTIVE, detail, n=len(acc))
 
 
-def _sparsity_rows(where: str, by_k: pd.Series, cfg: dict, note: str = "") -> list[dict]:
-    ks = list(by_k.index)
-    detail = "; ".join(part for part in (", ".join(f"k={k}: {v:.3f}" for k, v in by_k.items()), note) if part)
-    if len(ks) < 2:  # a single k cannot show a trend: say so instead of failing
-        need = "no model fits" if not ks else "needs two or more k"
-        return [_row("1 sparsity", f"{where}: {need}", float("nan"), "-", None, detail)]
-    rho = spearman(ks, by_k.values)
-    drop = float(by_k.iloc[0] - by_k.iloc[-1])
-    return [
-        _row("1 sparsity", f"{where}: Spearman(k, accuracy)", rho, f"<= {cfg['spearman_max']}",
-             rho <= cfg["spearman_max"], detail),
-        _row("1 sparsity", f"{where}: accuracy(k={ks[0]}) - accuracy(k={ks[-1]})", drop, f">= {cfg['min_drop']}",
-             drop >= cfg["min_drop"], detail),
-    ]
+def _trend_row(scheme: str, g: pd.DataFrame, long: list, train_max: int, cfg: dict, st: dict) -> dict:
+    lo_ratio = cfg["min_length_ratio"]
+    check = f"{scheme}: Spearman(k, mean accuracy at n >= {lo_ratio:g}x), one point per fitted model"
+    threshold = f"p <= {st['alpha']:g} (one-sided)"
+    points = (g[g["fits"] & g["length"].isin(long)].groupby(["task", "seed", "k"])["accuracy"].mean()
+              .reset_index())
+    counts = points.groupby("k").size()
+    unfit = model_names(g[~g["fits"]])
+    left_out = f"; left out, unfit: {unfit}" if unfit else ""
+    enough = counts[counts >= cfg["min_models_per_k"]]
+    if len(enough) < 2:
+        return _row("1 sparsity", check, math.nan, threshold, INCONCLUSIVE,
+                    f"fitted models per k: {_counts(counts)}; needs {cfg['min_models_per_k']} at two or more k"
+                    + left_out, n=len(points))
+    points = points[points["k"].isin(enough.index)]
+    rho, p = stats.permutation_spearman(points["k"], points["accuracy"], "less", st["n_perm"], st["seed"])
+    ks = sorted(enough.index)
+    draws = stats.group_mean_ci({k: points.loc[points["k"] == k, "accuracy"] for k in ks}, st["n_boot"], st["seed"])
+    effect = points.loc[points["k"] == ks[0], "accuracy"].mean() - points.loc[points["k"] == ks[-1], "accuracy"].mean()
+    ci = stats.percentile_ci(draws[ks[0]] - draws[ks[-1]], st["level"])
+    result = PASS if p <= st["alpha"] and rho < 0 else FAIL
+    means = ", ".join(f"k={k}: {points.loc[points['k'] == k, 'accuracy'].mean():.3f}" for k in ks)
+    detail = (f"effect acc(k={ks[0]}) - acc(k={ks[-1]}) {effect:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]; {means}; "
+              f"models per k: {_counts(counts)}{left_out}")
+    return _row("1 sparsity", check, rho, threshold, result, detail, p=p, n=len(points))
+
+
+def _counts(counts: pd.Series) -> str:
+    return ", ".join(f"k={k}: {c}" for k, c in counts.items()) or "none"
+
+
+# -- claim 2: coupling ------------------------------------------------------------------------
 
 
 def scheme_role(opts: dict) -> str:
-    """ppc (predicts its IDs), pc (oracle coupled IDs) or index (every other scheme)."""
+    """ppc (predicts its IDs), pc (oracle coupled IDs, fed back by the task's rule) or index
+    (every scheme without coupled IDs, a pointer/copy head included)."""
     if opts["positions"] != "coupled":
         return "index"
-    return "ppc" if opts["position_head"] != "none" else "pc"
+    predicts = opts["position_head"] != "none" and opts.get("feed_ids", "predicted") == "predicted"
+    return "ppc" if predicts else "pc"
 
 
-def _median_at(sweep: pd.DataFrame, task: str, scheme: str, length: int) -> float:
-    """Median over seeds of exact match at one length (depths averaged within a seed)."""
-    g = sweep[(sweep["task"] == task) & (sweep["scheme"] == scheme) & (sweep["length"] == length)]
-    return float(g.groupby("seed")["accuracy"].mean().median()) if len(g) else float("nan")
+class _Scheme:
+    """One scheme of one task: its per-seed exact match at 1x and at the compared length."""
+
+    def __init__(self, sweep: pd.DataFrame, task: str, scheme: str, n_max: int, n: int, fit_min: float):
+        g = sweep[(sweep["task"] == task) & (sweep["scheme"] == scheme)]
+        self.name = scheme
+        self.fit_by_seed = g[g["length"] == n_max].groupby("seed")["accuracy"].mean()
+        at = g[g["length"] == n].groupby("seed")
+        self.acc, self.examples = at["accuracy"].mean(), at["examples"].sum()
+        self.fit = float(self.fit_by_seed.median()) if len(self.fit_by_seed) else math.nan
+        self.fits = self.fit >= fit_min
+
+    def draws(self, st: dict) -> np.ndarray:
+        """Resampled means. Every scheme of a task draws the same seed indices (one generator
+        seed), so differences between schemes are paired by model seed."""
+        return stats.seed_binomial_means(self.acc.values, self.examples.values, st["n_boot"], st["seed"])
+
+    def fit_note(self) -> str:
+        lo = float(self.fit_by_seed.min()) if len(self.fit_by_seed) else math.nan
+        return f"{self.name} {self.fit:.2f} (min {lo:.2f})"
 
 
-def coupling_checks(sweep: pd.DataFrame, tasks: dict, cfg: dict) -> list[dict]:
-    """Claim 2 at `length_ratio` x each task's longest training length, median over seeds.
-    E2 (scratchpad_parity): coupled schemes reach `coupled_min`, index schemes stay at most
-    `index_max`. E3 (variable_assignment): ppc fits (`fit_min` at the longest training
-    length) and beats the best index scheme, gap-trained ones included, by `margin`."""
+def coupling_checks(sweep: pd.DataFrame, tasks: dict, cfg: dict, st: dict) -> list[dict]:
+    """Claim 2 at `length_ratio` x each task's longest training length n_max. Fit first: every
+    scheme's median exact match over seeds at n_max must reach `fit_min`. Each value is a mean
+    over seeds with a bootstrap interval over seeds and test examples, judged on the interval.
+    E2: coupled schemes reach `coupled_min`, index schemes stay at most `index_max`. E3: ppc
+    beats the best fitted scheme without coupled IDs (the pointer/copy control included) by
+    `margin`, and stays within `match_tolerance` of pc (oracle IDs)."""
     rows = []
     for task, info in sorted(tasks.items()):
-        names = sorted(sweep.loc[sweep["task"] == task, "scheme"].unique())
         n_max = info["n_max"]
         n = int(round(cfg["length_ratio"] * n_max))
-        if info.get("answer_format"):  # E3: the scorecard names the format that shows the claim, or not
-            task_label = f"{task} ({info['answer_format']} answers)"
-        else:
-            task_label = task
-        where = f"{task_label} at n={n} ({cfg['length_ratio']:g}x)"
-        if n not in set(sweep.loc[sweep["task"] == task, "length"]):
-            rows.append(_row("2 coupling", f"{where}: not tested", float("nan"), "-", None, "add it to eval.lengths"))
+        label = f"{task} ({info['answer_format']} answers)" if info.get("answer_format") else task
+        where = f"{label} at n={n} ({cfg['length_ratio']:g}x)"
+        lengths = set(sweep.loc[sweep["task"] == task, "length"])
+        if n not in lengths or n_max not in lengths:
+            rows.append(_row("2 coupling", f"{where}: not tested", math.nan, "-", NOT_MEASURED,
+                             f"add {n_max} and {n} to eval.lengths"))
             continue
-        at = {s: _median_at(sweep, task, s, n) for s in names}
-        detail = ", ".join(f"{s}: {v:.3f}" for s, v in at.items())
+        names = sorted(sweep.loc[sweep["task"] == task, "scheme"].unique())
+        schemes = {s: _Scheme(sweep, task, s, n_max, n, cfg["fit_min"]) for s in names}
         roles = {s: scheme_role(info["scheme_options"][s]) for s in names}
+        rows.append(_fit_summary(label, n_max, schemes, cfg))
         if info["kind"] == "scratchpad_parity":
-            for s in names:
-                coupled = roles[s] != "index"
-                threshold = f">= {cfg['coupled_min']}" if coupled else f"<= {cfg['index_max']}"
-                ok = at[s] >= cfg["coupled_min"] if coupled else at[s] <= cfg["index_max"]
-                rows.append(_row("2 coupling", f"{where}: {s} ({roles[s]}) exact match", at[s], threshold, ok, detail))
+            rows += [_parity_row(where, schemes[s], roles[s], cfg, st) for s in names]
         else:
-            rows.extend(_assignment_rows(sweep, task, task_label, n_max, where, at, roles, cfg, detail))
+            rows += _assignment_rows(where, schemes, roles, cfg, st)
     return rows
 
 
-def _assignment_rows(sweep, task, task_label, n_max, where, at, roles, cfg, detail) -> list[dict]:
-    ppc = [s for s, r in roles.items() if r == "ppc"]
-    index = [s for s, r in roles.items() if r == "index"]
+def _fit_summary(label: str, n_max: int, schemes: dict, cfg: dict) -> dict:
+    fit = [s for s in schemes.values() if s.fits]
+    detail = "median (min) over seeds: " + ", ".join(s.fit_note() for s in schemes.values())
+    return _row("2 coupling", f"{label} at n={n_max} (1x): schemes that fit", len(fit) / len(schemes),
+                f">= {cfg['fit_min']} median each", DESCRIPTIVE, detail, n=len(schemes))
+
+
+def _parity_row(where: str, s: _Scheme, role: str, cfg: dict, st: dict) -> dict:
+    coupled = role != "index"
+    direction, threshold = (">=", cfg["coupled_min"]) if coupled else ("<=", cfg["index_max"])
+    check = f"{where}: {s.name} ({role}) exact match"
+    value, ci = float(s.acc.mean()), stats.percentile_ci(s.draws(st), st["level"])
+    seeds = ", ".join(f"{v:.3f}" for v in s.acc.values)
+    if not s.fits:
+        return _row("2 coupling", check, value, f"{direction} {threshold}", INCONCLUSIVE,
+                    f"unfit at 1x: {s.fit_note()}; per seed {seeds}", ci, n=len(s.acc))
+    return _row("2 coupling", check, value, f"{direction} {threshold} (interval)",
+                stats.interval_verdict(*ci, threshold, direction), f"per seed {seeds}", ci, n=len(s.acc))
+
+
+def _assignment_rows(where: str, schemes: dict, roles: dict, cfg: dict, st: dict) -> list[dict]:
+    draws = {name: s.draws(st) for name, s in schemes.items()}
+    baselines = [s for name, s in schemes.items() if roles[name] == "index"]
     rows = []
-    for s in ppc:
-        fit = _median_at(sweep, task, s, n_max)
-        rows.append(_row("2 coupling", f"{task_label} at n={n_max} (1x): {s} fits", fit, f">= {cfg['fit_min']}",
-                         fit >= cfg["fit_min"], "in distribution"))
-        if index:
-            best = max(index, key=lambda i: at[i])
-            margin = at[s] - at[best]
-            rows.append(_row("2 coupling", f"{where}: {s} - best index scheme ({best})", margin,
-                             f">= {cfg['margin']}", margin >= cfg["margin"], detail))
+    for ppc in (s for name, s in schemes.items() if roles[name] == "ppc"):
+        fitted_base = [b for b in baselines if b.fits]
+        unfit = [b for b in baselines if not b.fits] + ([] if ppc.fits else [ppc])
+        best = max(fitted_base, key=lambda b: b.acc.mean(), default=None)
+        rows.append(_difference_row(f"{where}: {ppc.name} - best scheme without coupled IDs"
+                                    + (f" ({best.name})" if best else ""), ppc, best, draws, unfit,
+                                    cfg["margin"], st, baselines))
+        for pc in (s for name, s in schemes.items() if roles[name] == "pc"):
+            rows.append(_difference_row(f"{where}: {ppc.name} - {pc.name} (oracle IDs)", ppc, pc, draws,
+                                        [x for x in (ppc, pc) if not x.fits], -cfg["match_tolerance"], st, [pc]))
     return rows
 
 
-def language_checks(influence: pd.DataFrame, cfg: dict, delta: float) -> list[dict]:
-    """Claim 3 (E4) from the influence table: over tokens with a gap > delta, greedy k tokens
-    recover half of it (median); attention beats random at every k; the short model does better
-    with the greedy tokens than with its window alone."""
-    k, where = cfg["greedy_k"], f"tokens with L_short - L_long > {delta:g}"
-    long = influence[influence["model"] == "long"].set_index(["method", "k"])
-    n = int(long.loc[("full", 0), "targets"])
-    rec = float(long.loc[("greedy", k), "recovered_median"]) if ("greedy", k) in long.index else float("nan")
-    rows = [_row("3 language", f"greedy k={k}: median gap recovered", rec, f">= {cfg['recovered_min']}",
-                 rec >= cfg["recovered_min"], f"{where} ({n} scored)")]
-    if ("attention", k) in long.index and ("random", k) in long.index:
-        att, rnd = long.loc["attention", "recovered_median"], long.loc["random", "recovered_median"]
-        margin = att - rnd
-        worst = int(margin.idxmin())
-        rows.append(_row("3 language", "attention - random median gap recovered, smallest over k", float(margin.min()),
-                         "> 0", bool((margin > 0).all()), f"at k={worst}; {where}"))
+def _difference_row(check, a: _Scheme, b: _Scheme | None, draws, unfit, threshold, st, compared) -> dict:
+    """a - b at the compared length, judged on its interval against `threshold`. A FAIL stands
+    whatever the unfit schemes are (a fitted one already reaches a); a PASS needs every compared
+    scheme fitted, else INCONCLUSIVE."""
+    named = ", ".join(f"{s.name} {s.acc.mean():.3f}" for s in [a, *compared])
+    unfit_note = "unfit at 1x: " + ", ".join(s.fit_note() for s in unfit) if unfit else ""
+    if b is None or not a.fits:
+        return _row("2 coupling", check, math.nan, f">= {threshold:g}", INCONCLUSIVE,
+                    "; ".join(x for x in (unfit_note or "no fitted scheme to compare", named) if x))
+    value = float(a.acc.mean() - b.acc.mean())
+    ci = stats.percentile_ci(draws[a.name] - draws[b.name], st["level"])
+    result = stats.interval_verdict(*ci, threshold, ">=")
+    if result == PASS and unfit:
+        result = INCONCLUSIVE
+    return _row("2 coupling", check, value, f">= {threshold:g} (interval)", result,
+                "; ".join(x for x in (unfit_note, named) if x), ci, n=len(a.acc) + len(b.acc))
+
+
+# -- claim 3: language ------------------------------------------------------------------------
+
+
+def language_checks(scores: pd.DataFrame, cfg: dict, st: dict) -> list[dict]:
+    """Claim 3 (E4) from the per-token scores of the tokens with a gap L_short - L_long above
+    delta (`scored`), each judged on a bootstrap interval over those tokens: greedy k tokens
+    recover `recovered_min` of the gap (median); attention beats random at every k (paired:
+    the median of per-token differences); the short model does better with the greedy tokens
+    than with its window alone (paired mean)."""
+    k, s = cfg["greedy_k"], scores[scores["scored"]]
+    level, n_boot, seed = st["level"], st["n_boot"], st["seed"]
+    gap = (s["L_short"] - s["L_long"]).to_numpy()
+    recovered = {(m, j): (s["L_short"].to_numpy() - s[f"L_{m}_{j}"].to_numpy()) / gap
+                 for m in ("greedy", "attention", "random") for j in _ks(s, m)}
+    where = f"{len(s)} tokens with L_short - L_long > delta"
+    rows = []
+    if ("greedy", k) in recovered:
+        v = recovered[("greedy", k)]
+        ci = stats.bootstrap(v, np.median, n_boot, seed, level)
+        result = stats.interval_verdict(*ci, cfg["recovered_min"], ">=")
+        rows.append(_row("3 language", f"greedy k={k}: median gap recovered", np.median(v),
+                         f">= {cfg['recovered_min']} (interval)", result, where, ci, n=len(v)))
+    for j in sorted(j for m, j in recovered if m == "attention"):
+        if ("random", j) in recovered:
+            d = recovered[("attention", j)] - recovered[("random", j)]
+            ci = stats.bootstrap(d, np.median, n_boot, seed + j, level)
+            rows.append(_row("3 language", f"attention - random at k={j}: median per-token difference in gap "
+                             "recovered", np.median(d), "> 0 (interval)", stats.interval_verdict(*ci, 0.0, ">"),
+                             f"paired over {where}", ci, n=len(d)))
     positions = "coupled" if cfg["short_coupled"] else "true"
-    short = influence[(influence["model"] == "short")].set_index(["method", "positions", "k"])["loss_mean"]
-    if len(short):
-        gain = short[("window", "true", 0)] - short[("greedy", positions, k)]
+    if "short_window" in s and f"short_{positions}_{k}" in s:
+        d = (s["short_window"] - s[f"short_{positions}_{k}"]).to_numpy()
+        ci = stats.bootstrap(d, np.mean, n_boot, seed, level)
         rows.append(_row("3 language", f"short model: loss(window) - loss(window + {k} greedy tokens, {positions} IDs)",
-                         float(gain), "> 0", gain > 0, f"mean over {where}"))
+                         d.mean(), "> 0 (interval)", stats.interval_verdict(*ci, 0.0, ">"),
+                         f"paired mean over {where}", ci, n=len(d)))
     return rows
 
 
-# Claims whose experiments this grid does not run yet: listed, so the scorecard always covers
+def _ks(scored: pd.DataFrame, method: str) -> list[int]:
+    prefix = f"L_{method}_"
+    return sorted(int(c[len(prefix):]) for c in scored.columns if c.startswith(prefix))
+
+
+# -- the scorecard ----------------------------------------------------------------------------
+
+# Claims whose experiments this grid does not run: listed, so the scorecard always covers
 # every claim of the paper and says plainly which ones it did not measure.
 NOT_IN_GRID = {
     "1 sparsity": "sparse parity (E1)",
@@ -190,21 +296,35 @@ NOT_IN_GRID = {
 
 
 def unmeasured_rows(claims) -> list[dict]:
-    return [_row(claim, f"{NOT_IN_GRID[claim]}: not in this grid", float("nan"), "-", None,
+    return [_row(claim, f"{NOT_IN_GRID[claim]}: not in this grid", math.nan, "-", NOT_MEASURED,
                  "no task of this experiment configured") for claim in claims]
 
 
-def _row(claim, check, value, threshold, ok, detail) -> dict:
-    result = "N/A" if ok is None else "PASS" if ok else "FAIL"
-    return {"claim": claim, "check": check, "value": round(value, 4), "threshold": threshold,
-            "result": result, "detail": detail}
+def verdict(rows: list[dict], claim: str) -> str:
+    """One line per claim: reproduced only when every verdict row passes."""
+    results = [r["result"] for r in rows if r["claim"] == claim and r["result"] in (PASS, FAIL, INCONCLUSIVE)]
+    if not results:
+        return "not measured"
+    counts = ", ".join(f"{results.count(x)} {x}" for x in (PASS, FAIL, INCONCLUSIVE) if x in results)
+    if all(r == PASS for r in results):
+        return f"reproduced ({counts})"
+    if all(r == INCONCLUSIVE for r in results):
+        return f"not reproduced: undecided ({counts})"
+    return f"not reproduced ({counts})"
 
 
 def write_scorecard(rows: list[dict], csv_out, md_out) -> None:
-    df = pd.DataFrame(rows, columns=["claim", "check", "value", "threshold", "result", "detail"])
+    df = pd.DataFrame(rows, columns=COLUMNS)
     with atomic_path(csv_out) as tmp:
         df.to_csv(tmp, index=False, float_format="%.4f", lineterminator="\n")
-    lines = ["# Claims scorecard\n", "| claim | check | value | threshold | result | detail |", "|" + "---|" * 6]
+    lines = ["# Claims scorecard\n"]
+    lines += [f"- claim {c}: {verdict(rows, c)}" for c in sorted(df["claim"].unique())]
+    lines += ["", "| claim | check | value | 95% CI | p | n | threshold | result | detail |", "|" + "---|" * 9]
     for r in df.itertuples():
-        lines.append(f"| {r.claim} | {r.check} | {r.value:.4f} | {r.threshold} | **{r.result}** | {r.detail} |")
+        ci = "" if math.isnan(r.ci_low) else f"[{r.ci_low:.4f}, {r.ci_high:.4f}]"
+        p = "" if math.isnan(r.p) else f"{r.p:.4f}"
+        result = r.result if r.result in (DESCRIPTIVE, NOT_MEASURED) else f"**{r.result}**"
+        value = "" if math.isnan(r.value) else f"{r.value:.4f}"
+        lines.append(f"| {r.claim} | {r.check} | {value} | {ci} | {p} | {r.n} | {r.threshold} | {result} | "
+                     f"{r.detail} |")
     write_text(md_out, "\n".join(lines) + "\n")

@@ -68,19 +68,20 @@ def cmd_claims(a) -> None:
     from lengthgen.aggregate import read_sweep
 
     sweep = read_sweep(a.sweep_csv)
-    coupled = a.coupling
-    rows = claims.sparsity_checks(sweep, a.sparse_tasks, a.train_max, a.config["sparsity"]) if a.sparse_tasks else []
-    rows += claims.coupling_checks(sweep, coupled, a.config["coupling"]) if coupled else []
+    coupled, cfg = a.coupling, a.config
+    rows = claims.sparsity_checks(sweep, a.sparse_tasks, a.train_max, cfg["sparsity"], cfg["stats"]) \
+        if a.sparse_tasks else []
+    rows += claims.coupling_checks(sweep, coupled, cfg["coupling"], cfg["stats"]) if coupled else []
     if a.influence:
         import pandas as pd
 
-        rows += claims.language_checks(pd.read_csv(a.influence), a.config["language"], a.delta)
+        rows += claims.language_checks(pd.read_parquet(a.influence), cfg["language"], cfg["stats"])
     ran = {"1 sparsity": a.sparse_tasks, "2 coupling": coupled, "3 language": a.influence}
     missing = [claim for claim, tasks in ran.items() if not tasks]
     rows = sorted(rows + claims.unmeasured_rows(missing), key=lambda r: r["claim"])
     claims.write_scorecard(rows, a.csv, a.md)
-    for r in rows:
-        _log(f"{r['result']}  {r['claim']}: {r['check']} = {r['value']:.4f} (needs {r['threshold']})")
+    for claim in sorted({r["claim"] for r in rows}):
+        _log(f"claim {claim}: {claims.verdict(rows, claim)}")
 
 
 def cmd_figure(a) -> None:
@@ -184,8 +185,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--config", type=_json, required=True)
     s.add_argument("--coupling", type=_json, default={},
                    help="E2/E3 tasks as JSON: {name: {kind, n_max, scheme_options}}")
-    s.add_argument("--influence", help="results/tables/influence.csv (E4), if run")
-    s.add_argument("--delta", type=float, default=0.0, help="language.influence.delta of that table")
+    s.add_argument("--influence", help="the per-token scores results/language/influence.parquet (E4), if run")
     s.add_argument("--csv", required=True)
     s.add_argument("--md", required=True)
     s.set_defaults(func=cmd_claims)

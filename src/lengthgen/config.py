@@ -131,9 +131,10 @@ def _task_schemes(config: dict, task: dict, module, where: str, schema: dict) ->
 
 def _check_scheme(opts: dict, kind: str, module, where: str, task_where: str) -> None:
     """A scheme that reads or predicts coupled IDs only runs on a task that has them."""
-    if opts["position_head"] != "none" and opts["positions"] != "coupled":
-        raise UserError(f"{where}.position_head: predicting IDs needs positions: coupled")
-    if opts["positions"] == "coupled" and not module.COUPLED:
+    if opts["position_head"] == "classifier" and opts["positions"] != "coupled":
+        raise UserError(f"{where}.position_head: a classifier over IDs needs positions: coupled")
+    # a position head learns from the coupled IDs (its targets), even on index positions
+    if (opts["positions"] == "coupled" or opts["position_head"] != "none") and not module.COUPLED:
         raise UserError(f"{task_where}.schemes: scheme {where.rsplit('.', 1)[1]!r} needs coupled position IDs, "
                         f"which task kind {kind!r} does not have")
     if opts["copy"] and opts["position_head"] != "pointer":

@@ -1,10 +1,11 @@
 """Batched greedy decoding with a key/value cache: the model writes the answer itself.
 
-The ID fed with each generated token follows the scheme: the next index (index schemes), the
-task's coupled ID (`pc`, an oracle), or the position head's prediction from the same step
-(`ppc`), so a `ppc` evaluation never sees the true answer IDs. A pointer feeds back the ID
-of the prompt position it picks plus the scheme's `pointer_offset`; with `copy`, a token other
-than EOS is copied from the prompt position holding that ID.
+The ID fed with each generated token follows the scheme: the next index (index schemes, the
+copy-head control included), the task's coupled ID (`pc`, an oracle, with or without a
+pointer head), or the position head's prediction from the same step (`ppc`), so a `ppc`
+evaluation never sees the true answer IDs. A pointer picks a prompt position; the ID it stands
+for is that position's plus the scheme's `pointer_offset`, and with `copy` a token other than
+EOS is copied from the prompt position holding that ID.
 """
 
 from __future__ import annotations
@@ -17,16 +18,22 @@ from lengthgen.train import pointer_scores
 
 def next_id(model, opts: dict, h: torch.Tensor, query_id, h_prompt, prompt_ids, index: int, oracle):
     """ID of the token being generated, and the pointer's choice (or None)."""
+    index_ids = torch.full_like(prompt_ids[:, 0], index)
     if opts["position_head"] == "pointer":
         prompt_len = torch.full_like(prompt_ids[:, 0], prompt_ids.shape[1])
         scores = pointer_scores(model, h[:, None], query_id[:, None], h_prompt, prompt_ids, prompt_len)
         fed = prompt_ids.gather(1, scores[:, 0].argmax(-1)[:, None])[:, 0] + opts["pointer_offset"]
-        return fed, (prompt_ids == fed[:, None]).int().argmax(-1)  # the prompt position holding it
+        choice = (prompt_ids == fed[:, None]).int().argmax(-1)  # the prompt position holding it
+        if opts["positions"] != "coupled":  # the copy-head control: it points and copies, IDs stay indices
+            return index_ids, choice
+        if opts.get("feed_ids") == "oracle":  # pc with the same head: the true ID; the choice only copies
+            return oracle, choice
+        return fed, choice
     if opts["position_head"] == "classifier":
         return model.id_head(h).argmax(-1), None
     if opts["positions"] == "coupled":
         return oracle, None
-    return torch.full_like(prompt_ids[:, 0], index), None
+    return index_ids, None
 
 
 @torch.no_grad()

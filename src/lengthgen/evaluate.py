@@ -57,7 +57,8 @@ def _group_metrics(model, arrays: dict, idx: np.ndarray, opts: dict, eos: int, b
         token_hits += int(hits.sum())
         id_hits += int((fed[:, :-1] == ids[:, p : p + a - 1]).sum())  # the final token's ID is never fed back
     n = len(idx)
-    predicted = opts["position_head"] != "none"
+    # IDs the model itself chose: not an index scheme's (the copy control's) nor pc's oracle IDs
+    predicted = opts["position_head"] != "none" and opts["positions"] == "coupled" and opts.get("feed_ids") != "oracle"
     return {
         "examples": n,
         "accuracy": exact / n,

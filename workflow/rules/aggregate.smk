@@ -29,7 +29,7 @@ rule aggregate:
 rule claims:
     input:
         sweep="results/tables/length_sweep.csv",
-        influence=language_tables()[:1],
+        influence=language_scores(),
     output:
         csv="results/tables/claims.csv",
         md=report("results/tables/claims.md", caption="../report/claims.rst", category="Tables"),
@@ -41,14 +41,13 @@ rule claims:
         config=as_json(CONFIG["claims"]),
         coupling=as_json(coupling_info()),
         influence=lambda w, input: f"--influence {input.influence[0]}" if input.influence else "",
-        delta=CONFIG["language"]["influence"]["delta"] if CONFIG["language"] else 0,
         code=CODE["claims"],
     conda:
         ENV
     shell:
         "python -m lengthgen claims --sweep-csv {input.sweep:q} --sparse-tasks {params.sparse:q}"
         " --train-max {params.train_max} --config {params.config:q} --coupling {params.coupling:q}"
-        " {params.influence} --delta {params.delta}"
+        " {params.influence}"
         " --csv {output.csv:q} --md {output.md:q} 2> {log:q} && cat {log:q}"
 
 

@@ -139,5 +139,10 @@ def language_tables():
     return ["results/tables/influence.csv", "results/tables/language_train.csv"] if CONFIG["language"] else []
 
 
+def language_scores():
+    """E4's per-token scores, which the claim-3 tests resample (none when E4 does not run)."""
+    return ["results/language/influence.parquet"] if CONFIG["language"] else []
+
+
 def as_json(obj):
     return canonical_json(obj)

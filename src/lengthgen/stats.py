@@ -1,0 +1,108 @@
+"""The statistics the claims are decided with: rank correlation with a permutation p,
+bootstrap intervals and a three-way verdict on an interval.
+
+Every random draw comes from numpy's PCG64 seeded by the caller, so a verdict is a function of
+the tables alone: the same on any CPU and any run. The rules themselves (which statistic, which
+alpha, how many resamples) are fixed in the config schema before any result is looked at.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+
+PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
+
+
+def spearman(x, y) -> float:
+    """Spearman rank correlation (average ranks for ties); nan when either side is constant."""
+    rx, ry = pd.Series(x, dtype=float).rank().to_numpy(), pd.Series(y, dtype=float).rank().to_numpy()
+    return _pearson(rx, ry)
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a - a.mean(), b - b.mean()
+    denom = math.sqrt(float((a * a).sum() * (b * b).sum()))
+    return float((a * b).sum() / denom) if denom > 0 else float("nan")
+
+
+EXACT_MAX = 8  # up to 8 points, all 8! = 40,320 orderings are enumerated
+
+
+def permutation_spearman(x, y, alternative: str = "less", n_perm: int = 10000, seed: int = 0) -> tuple[float, float]:
+    """Spearman(x, y) and its one-sided permutation p: the chance, under exchangeable y, of a
+    correlation at least as extreme (`less`: as negative). Exact over every ordering up to
+    EXACT_MAX points; beyond, (1 + hits) / (1 + n_perm) over `n_perm` seeded shuffles, which
+    never reports p = 0."""
+    rx = pd.Series(x, dtype=float).rank().to_numpy()
+    ry = pd.Series(y, dtype=float).rank().to_numpy()
+    rho = _pearson(rx, ry)
+    if math.isnan(rho):
+        return rho, float("nan")
+    sign = -1.0 if alternative == "less" else 1.0
+    if len(ry) <= EXACT_MAX:
+        perms = np.array(list(itertools.permutations(ry)))
+        return rho, float(np.mean(sign * _correlations(rx, perms) >= sign * rho - 1e-12))
+    perms = np.random.default_rng(seed).permuted(np.tile(ry, (n_perm, 1)), axis=1)
+    hits = int(np.sum(sign * _correlations(rx, perms) >= sign * rho - 1e-12))  # ties count as extreme
+    return rho, (1 + hits) / (1 + n_perm)
+
+
+def _correlations(x: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Pearson correlation of x with each row of ys (rows are orderings of one vector)."""
+    xc = x - x.mean()
+    yc = ys - ys.mean(axis=1, keepdims=True)
+    return (yc @ xc) / np.sqrt((xc * xc).sum() * (yc * yc).sum(axis=1))
+
+
+def percentile_ci(draws: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    lo, hi = np.quantile(np.asarray(draws, dtype=float), [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def bootstrap(values, statistic, n_boot: int, seed: int, level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of `statistic` over `n_boot` resamples (with replacement) of the rows
+    of `values` (an array; rows stay together, so paired columns resample as pairs)."""
+    values = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(values), size=(n_boot, len(values)))
+    return percentile_ci(np.array([statistic(values[i]) for i in idx]), level)
+
+
+def group_mean_ci(groups: dict, n_boot: int, seed: int, level: float = 0.95) -> dict:
+    """Per group (e.g. k): its values resampled with replacement, `n_boot` times; returns the
+    (n_boot,) means of each group, from one generator, for intervals of means and differences."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for key in sorted(groups):
+        vals = np.asarray(groups[key], dtype=float)
+        out[key] = vals[rng.integers(0, len(vals), size=(n_boot, len(vals)))].mean(axis=1)
+    return out
+
+
+def seed_binomial_means(accuracy, examples, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot,) resampled means over seeds of a per-seed proportion, in two stages: seeds with
+    replacement (seed-to-seed spread), then each chosen seed's test set as a binomial draw of its
+    own size (test-set sampling error). An interval from these covers both sources."""
+    acc, n = np.asarray(accuracy, dtype=float), np.asarray(examples, dtype=int)
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, len(acc), size=(n_boot, len(acc)))
+    return (rng.binomial(n[pick], acc[pick]) / n[pick]).mean(axis=1)
+
+
+def interval_verdict(lo: float, hi: float, threshold: float, direction: str) -> str:
+    """PASS when the whole interval is on the claim's side of `threshold` (`>=` or `<=`), FAIL
+    when the whole interval is on the other side, INCONCLUSIVE when it straddles: the data
+    cannot tell which."""
+    if math.isnan(lo) or math.isnan(hi):
+        return INCONCLUSIVE
+    if direction == ">=":
+        return PASS if lo >= threshold else FAIL if hi < threshold else INCONCLUSIVE
+    if direction == "<=":
+        return PASS if hi <= threshold else FAIL if lo > threshold else INCONCLUSIVE
+    if direction == ">":
+        return PASS if lo > threshold else FAIL if hi <= threshold else INCONCLUSIVE
+    raise ValueError(f"interval_verdict: unknown direction {direction!r}")
