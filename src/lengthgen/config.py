@@ -69,6 +69,7 @@ def validate(config: dict, schema: dict) -> dict:
         if task["name"] in names:
             raise UserError(f"{where}.name: duplicate task name {task['name']!r}")
         names.add(task["name"])
+        task["seeds"] = [s + config["seed_offset"] for s in task.get("seeds", config["seeds"])]
         module = tasks.get(task["kind"], where=f"{where}.kind")
         params_schema = defs[f"{task['kind']}_params"]
         fill_defaults(task["params"], params_schema, schema)

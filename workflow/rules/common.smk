@@ -81,7 +81,7 @@ wildcard_constraints:
 
 def cells():
     """Every (task, scheme, seed) of the grid."""
-    return [(t["name"], s, seed) for t in CONFIG["tasks"] for s in t["schemes"] for seed in CONFIG["seeds"]]
+    return [(t["name"], s, seed) for t in CONFIG["tasks"] for s in t["schemes"] for seed in t["seeds"]]
 
 
 def cell_paths(pattern):
