@@ -24,7 +24,7 @@ from lengthgen.errors import TrainingDiverged
 from lengthgen.fileio import atomic_path, canonical_json, write_text
 from lengthgen.language import tokenizer as tokenizers
 from lengthgen.language.loss import next_token_loss
-from lengthgen.loop import adamw, load_checkpoint, lr_at, save_checkpoint
+from lengthgen.loop import adamw, load_checkpoint, load_tensors, lr_at, save_checkpoint
 from lengthgen.model import ModelConfig, Transformer, param_count
 
 
@@ -176,7 +176,7 @@ def _write_outputs(model, spec, tok, tokens_meta, rows, out_dir: Path, dev, code
 
 def load(path) -> Transformer:
     """A trained language model from its model.pt, in eval mode on the CPU."""
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_tensors(path)
     model = Transformer(ModelConfig(**state["model_args"]))
     model.load_state_dict(state["state_dict"])
     model.tokenizer_sha256 = state["tokenizer_sha256"]
