@@ -71,3 +71,20 @@ def test_relative_links_point_at_files(repo, name):
     path = repo / name
     for target in re.findall(r"\]\(([^)#:]+)\)", path.read_text()):
         assert (path.parent / target).exists(), (name, target)
+
+
+def test_license_and_citation_name_the_project_and_the_paper(repo):
+    import tomllib
+
+    import yaml
+
+    license_text = (repo / "LICENSE").read_text()
+    assert license_text.startswith("MIT License") and "the lengthgen authors" in license_text
+    assert tomllib.loads((repo / "pyproject.toml").read_text())["project"]["license"] == {"text": "MIT"}
+    cff = yaml.safe_load((repo / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["type"] == "software" and cff["license"] == "MIT"
+    paper = cff["preferred-citation"]
+    assert paper["title"] == "The Role of Sparsity for Length Generalization in Transformers"
+    assert [a["family-names"] for a in paper["authors"]] == ["Golowich", "Jelassi", "Brandfonbrener", "Kakade",
+                                                               "Malach"]
+    assert paper["year"] == 2025 and "arXiv:2502.16792" in [i["value"] for i in paper["identifiers"]]
