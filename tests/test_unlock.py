@@ -8,9 +8,9 @@ import time
 
 import pytest
 import yaml
-from conftest import PYTHON, VENV_BIN, copy_workflow, venv_env
+from conftest import PYTHON, REPO, VENV_BIN, copy_workflow, venv_env
 
-from lengthgen.unlock import is_snakemake
+from lengthgen.unlock import is_job, is_snakemake, live_processes
 
 # One short training cell, no language models: the run lasts long enough to be killed mid-way.
 TINY = {
@@ -30,6 +30,8 @@ def test_snakemake_command_lines_are_recognised():
     assert is_snakemake(["python3", "-m", "snakemake", "--unlock"])
     assert not is_snakemake(["python", "-m", "lengthgen", "train", "--cell", "{}"])
     assert not is_snakemake(["vim", "Snakefile"])
+    assert is_job(["python", "-m", "lengthgen", "train", "--cell", "{}"])
+    assert not is_job(["python", "-m", "lengthgen.unlock", "snakemake"])
 
 
 def _wrapped(workdir) -> list[str]:
@@ -74,6 +76,10 @@ def test_a_killed_run_is_unlocked_and_goes_on_but_a_live_one_is_not(tmp_path):
         except ProcessLookupError:
             pass
     assert _locked(workdir), "the killed run should have left its lock behind"
+    deadline = time.monotonic() + 30
+    while live_processes(workdir, is_job):  # until the killed jobs are gone from /proc
+        assert time.monotonic() < deadline, "the killed run's jobs did not end"
+        time.sleep(0.1)
 
     resumed = _run(workdir, _wrapped(workdir))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -84,3 +90,25 @@ def test_a_killed_run_is_unlocked_and_goes_on_but_a_live_one_is_not(tmp_path):
     again = _run(workdir, [*_wrapped(workdir), "-n"])
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
     assert "lengthgen: a killed run" not in again.stderr
+
+
+def test_a_job_the_killed_run_left_running_stops_the_next_run(tmp_path):
+    """SIGKILL to Snakemake alone leaves its jobs running: the lock is stale, but rerunning them
+    now would have two processes write the same outputs."""
+    workdir = tmp_path / "wf"
+    (workdir / ".snakemake/locks").mkdir(parents=True)
+    (workdir / ".snakemake/locks/0.output.lock").write_text("results/tables/claims.md\n")
+    fake = tmp_path / "fake" / "lengthgen"  # a `python -m lengthgen train` that only waits
+    fake.mkdir(parents=True)
+    (fake / "__main__.py").write_text("import time\ntime.sleep(60)\n")
+    job = subprocess.Popen([PYTHON, "-m", "lengthgen", "train"], cwd=workdir, env=venv_env(PYTHONPATH=str(fake.parent)))
+    try:
+        blocked = subprocess.run([PYTHON, "-m", "lengthgen.unlock", "snakemake", "--cores", "1"], cwd=workdir,
+                                 env=venv_env(PYTHONPATH=str(REPO / "src")), capture_output=True, text=True)
+    finally:
+        job.kill()
+        job.wait()
+    assert blocked.returncode == 1
+    assert blocked.stderr == (f"lengthgen: a job of a killed run (pid {job.pid}) is still running in {workdir}; "
+                              "wait for it to end, or stop it first\n")
+    assert (workdir / ".snakemake/locks/0.output.lock").exists()

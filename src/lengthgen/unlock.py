@@ -24,16 +24,22 @@ def is_snakemake(argv: list[str]) -> bool:
     return "snakemake" in names or argv[1:3] == ["-m", "snakemake"]
 
 
-def live_snakemakes(workdir: Path) -> list[int]:
-    """Process ids of the live Snakemake processes working in `workdir`."""
+def is_job(argv: list[str]) -> bool:
+    """`python -m lengthgen <stage> ...`: a job a Snakemake run started, which a SIGKILL to
+    Snakemake alone leaves running."""
+    return argv[1:3] == ["-m", "lengthgen"]
+
+
+def live_processes(workdir: Path, match) -> list[int]:
+    """Process ids of the live processes working in `workdir` whose command line `match`es."""
     workdir, pids = workdir.resolve(), []
-    if not Path("/proc/self/cwd").exists():  # no /proc (macOS): any Snakemake may hold the lock
+    if not Path("/proc/self/cwd").exists():  # no /proc (macOS): any such process may be this run's
         ps = subprocess.run(["ps", "-Ao", "pid=,command="], capture_output=True, text=True).stdout
-        return [int(line.split()[0]) for line in ps.splitlines() if is_snakemake(line.split()[1:])]
+        return [int(line.split()[0]) for line in ps.splitlines() if match(line.split()[1:])]
     for proc in Path("/proc").glob("[0-9]*"):
         try:  # a zombie (killed, not yet reaped) has an empty command line: not alive
             argv = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
-            if argv and is_snakemake(argv) and Path(os.readlink(proc / "cwd")) == workdir:
+            if argv and match(argv) and Path(os.readlink(proc / "cwd")) == workdir:
                 pids.append(int(proc.name))
         except OSError:  # gone meanwhile, or another user's
             continue
@@ -44,10 +50,15 @@ def clear_stale_lock(command: list[str], workdir: Path) -> int:
     """0 when `command` may run: no lock, or a stale one now removed; 1 when a live run holds it."""
     if not (workdir / LOCKS).is_dir() or not any((workdir / LOCKS).iterdir()):
         return 0
-    pids = live_snakemakes(workdir)
+    pids = live_processes(workdir, is_snakemake)
     if pids:
         print(f"lengthgen: Snakemake (pid {', '.join(map(str, pids))}) is still running in {workdir} and holds "
               "its lock; wait for it to end, or stop it first", file=sys.stderr)
+        return 1
+    jobs = live_processes(workdir, is_job)
+    if jobs:  # rerunning them now would have two processes write the same outputs
+        print(f"lengthgen: a job of a killed run (pid {', '.join(map(str, jobs))}) is still running in {workdir}; "
+              "wait for it to end, or stop it first", file=sys.stderr)
         return 1
     print("lengthgen: a killed run left Snakemake's lock behind and no Snakemake is running here; "
           "unlocking (snakemake --unlock) and going on", file=sys.stderr)
