@@ -1,11 +1,17 @@
-# The two commands: `make run` (the embedded default) and `make test`.
+# The two commands: `make run` (the embedded default) and `make test`; `make` alone lists the rest.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 CORES ?= all
 SNAKEMAKE := snakemake --cores $(CORES)  # profiles/default is picked up by itself
+# The runs that write results: a lock left by a killed run is removed first (lengthgen.unlock).
+RUN := PYTHONPATH=src $(PY) -m lengthgen.unlock $(SNAKEMAKE)
 
-.PHONY: run test lint paper dryrun report diff bench clean
+.PHONY: help run test lint paper dryrun report diff bench clean
+.DEFAULT_GOAL := help
+
+help:  ## this list
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -17,19 +23,20 @@ $(VENV)/.installed: requirements.txt
 FRESH = $(if $(wildcard .snakemake/metadata/*),,--forcerun aggregate provenance)
 
 run: $(VENV)/.installed  ## the embedded default (config.yaml): CPU, minutes
-	$(SNAKEMAKE) $(FRESH)
+	$(RUN) $(FRESH)
 	@cat results/tables/claims.md
 	@echo "tables: results/tables/  figures: results/figures/  scorecard: results/tables/claims.md"
 
 test: $(VENV)/.installed  ## unit, workflow and end-to-end smoke tests
 	$(PY) -m pytest -q
 
-lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check .
+lint: $(VENV)/.installed  ## ruff, snakemake --lint and snakefmt --check (CI runs it before the tests)
+	ruff check .
 	snakemake --lint
+	snakefmt --check .
 
 paper: $(VENV)/.installed  ## the paper-scale grid (use a GPU cluster: see README)
-	$(SNAKEMAKE) --configfile config/paper.yaml
+	$(RUN) --configfile config/paper.yaml
 
 report: $(VENV)/.installed  ## self-contained HTML report of the last run
 	$(SNAKEMAKE) --report results/report.html
@@ -47,7 +54,7 @@ BENCH_ARGS ?=
 bench: $(VENV)/.bench-installed  ## benchmark suite -> benchmarks/results.md (9-15 min; BENCH_ARGS=--quick)
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
 
-dryrun: $(VENV)/.installed
+dryrun: $(VENV)/.installed  ## what `make run` would do, without doing it
 	$(SNAKEMAKE) -n
 
 clean:  ## remove generated data and runs (keeps the committed tables and figures)

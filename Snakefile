@@ -20,7 +20,6 @@ if CONFIG["language"]:
     include: "workflow/rules/language.smk"
 
 
-
 onstart:
     start_warm()
 
@@ -34,6 +33,7 @@ onerror:
 
 
 rule all:
+    default_target: True
     input:
         "results/tables/length_sweep.csv",
         "results/tables/summary.md",
@@ -41,4 +41,3 @@ rule all:
         "results/provenance.json",
         language_tables(),
         expand("results/figures/{figure}.png", figure=figures()),
-    default_target: True

@@ -120,7 +120,7 @@ def slurm_probe() -> str | None:
     note = f"`scontrol show config`, which the SLURM plugin runs at every Snakemake start, took {seconds:.2f} s"
     if seconds > 1:
         note += (" — **every time above includes this wait**: a SLURM configuration names a controller that "
-                 "does not answer (README, Scaling out: SLURM)")
+                 "does not answer (README, Scaling out)")
     return note
 
 

@@ -149,7 +149,7 @@ def test_language_model_resumes_where_an_uninterrupted_run_ends(tmp_path, token_
     lines = []
     lm.train_lm(SPEC, tok_path, tokens, tmp_path / "resumed", tmp_path / "ck2.pt", log=lines.append)
     assert any("resumed from step 3" in line for line in lines)
-    whole, resumed = (torch.load(tmp_path / d / "model.pt", weights_only=False) for d in ("whole", "resumed"))
+    whole, resumed = (torch.load(tmp_path / d / "model.pt", weights_only=True) for d in ("whole", "resumed"))
     for key, value in whole["state_dict"].items():
         assert torch.equal(value, resumed["state_dict"][key]), key
     logs = [pd.read_parquet(tmp_path / d / "train_log.parquet") for d in ("whole", "resumed")]

@@ -72,7 +72,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path, train_data, repo):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (killed / "model.pt").exists(), "a killed job must leave no final model"
-    stopped_at = torch.load(checkpoint, weights_only=False)["step"]
+    stopped_at = torch.load(checkpoint, weights_only=True)["step"]
     assert 0 < stopped_at < CELL["train"]["max_steps"]
 
     resumed = subprocess.run(_train_cmd(train_data, killed, checkpoint), env=env, capture_output=True, text=True)

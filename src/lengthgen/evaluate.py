@@ -13,16 +13,19 @@ from lengthgen import datasets, decode, tasks
 from lengthgen import device as devices
 from lengthgen.errors import UserError
 from lengthgen.fileio import write_parquet
+from lengthgen.loop import load_tensors
 from lengthgen.model import ModelConfig, Transformer
 
 
 def load_model(path, dev) -> tuple[Transformer, dict]:
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        ckpt = load_tensors(path)
         model = Transformer(ModelConfig(**ckpt["model_args"]))
         model.load_state_dict(ckpt["state_dict"])
     except FileNotFoundError:
         raise UserError(f"{path}: checkpoint not found") from None
+    except UserError:
+        raise
     except Exception as err:
         raise UserError(f"{path}: not a readable lengthgen checkpoint ({type(err).__name__})") from None
     return model.to(dev).eval(), ckpt

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import math
+import pickle
 from pathlib import Path
 
 import torch
 
+from lengthgen.errors import UserError
 from lengthgen.fileio import atomic_path
 
 
@@ -81,11 +83,24 @@ def lr_at(step: int, cfg: dict) -> float:
     return cfg["lr"] * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+def load_tensors(path) -> dict:
+    """torch.load of tensors and plain Python types only (weights_only): a file dropped into the
+    results can hold data, never code to run. Everything the pipeline saves is such a file."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise UserError(f"{path}: refused to load: it holds Python objects other than tensors and plain "
+                        "types, which could run code; delete it and rerun the job that writes it") from None
+
+
 def load_checkpoint(path: Path, fingerprint: str, log) -> dict | None:
     if not path.exists():
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = load_tensors(path)
+    except UserError as err:  # never run it; the run starts over and overwrites it
+        log(f"{err}; starting from step 0")
+        return None
     except Exception as err:  # a torn file from a killed job: start over
         log(f"checkpoint {path} unreadable ({type(err).__name__}); starting from step 0")
         return None

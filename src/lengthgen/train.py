@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lengthgen import datasets, positions, tasks
+from lengthgen import datasets, positions, progress, tasks
 from lengthgen import device as devices
 from lengthgen.errors import TrainingDiverged, UserError
 from lengthgen.fileio import atomic_path, canonical_json, write_parquet, write_text
@@ -247,7 +247,8 @@ def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = ""
         elapsed = time.perf_counter() - started
         if step % cfg["log_every"] == 0 or elapsed - last_print > 30:
             last_print = elapsed
-            log(f"{cell_id}: step {step}/{cfg['max_steps']} loss {loss_value:.4f} acc {acc_value:.3f}")
+            log(f"{cell_id}: step {step}/{cfg['max_steps']} loss {loss_value:.4f} acc {acc_value:.3f} | "
+                f"{progress.tail(step, cfg['max_steps'], elapsed, start=state['step'] if state else 0)}")
         if step % cfg["checkpoint_every"] == 0:
             save_checkpoint(
                 checkpoint_path, fingerprint=fingerprint, model=model.state_dict(), optimizer=opt.state_dict(),

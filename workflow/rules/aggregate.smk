@@ -18,10 +18,10 @@ rule aggregate:
         md=report("results/tables/summary.md", caption="../report/summary.rst", category="Tables"),
     log:
         "results/logs/aggregate.log",
-    params:
-        code=CODE["aggregate"],
     conda:
         ENV
+    params:
+        code=CODE["aggregate"],
     shell:
         "python -m lengthgen aggregate --sweeps {input:q} --csv {output.csv:q} --md {output.md:q} 2> {log:q}"
 
@@ -35,6 +35,8 @@ rule claims:
         md=report("results/tables/claims.md", caption="../report/claims.rst", category="Tables"),
     log:
         "results/logs/claims.log",
+    conda:
+        ENV
     params:
         sparse=tasks_of("sparse_parity"),
         train_max=train_max("sparse_parity"),
@@ -42,8 +44,6 @@ rule claims:
         coupling=as_json(coupling_info()),
         influence=lambda w, input: f"--influence {input.influence[0]}" if input.influence else "",
         code=CODE["claims"],
-    conda:
-        ENV
     shell:
         "python -m lengthgen claims --sweep-csv {input.sweep:q} --sparse-tasks {params.sparse:q}"
         " --train-max {params.train_max} --config {params.config:q} --coupling {params.coupling:q}"
@@ -62,13 +62,13 @@ rule figure_sparse_parity:
         ),
     log:
         "results/logs/figures/sparse_parity.log",
+    conda:
+        ENV
     params:
         tasks=tasks_of("sparse_parity"),
         train_max=train_max("sparse_parity"),
         fit_min=CONFIG["claims"]["sparsity"]["fit_min"],
         code=CODE["figures"],
-    conda:
-        ENV
     shell:
         "python -m lengthgen figure --sweep-csv {input:q} --tasks {params.tasks:q} --train-max {params.train_max}"
         " --fit-min {params.fit_min} --out {output:q} 2> {log:q}"
@@ -85,12 +85,12 @@ rule figure_coupling:
         ),
     log:
         "results/logs/figures/coupling.log",
+    conda:
+        ENV
     params:
         tasks=[t["name"] for t in coupling_tasks()],
         train_max=[t["params"]["n_max"] for t in coupling_tasks()],
         code=CODE["figures"],
-    conda:
-        ENV
     shell:
         "python -m lengthgen figure --kind coupling --sweep-csv {input:q} --tasks {params.tasks:q}"
         " --train-max {params.train_max} --out {output:q} 2> {log:q}"
@@ -104,9 +104,9 @@ rule provenance:
         "results/provenance.json",
     log:
         "results/logs/provenance.log",
-    params:
-        code=CODE["aggregate"],
     conda:
         ENV
+    params:
+        code=CODE["aggregate"],
     shell:
         "python -m lengthgen provenance --meta {input:q} --out {output:q} 2> {log:q}"

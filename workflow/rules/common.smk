@@ -18,7 +18,9 @@ from lengthgen.fileio import canonical_json  # noqa: E402
 from snakemake.settings.types import DeploymentMethod  # noqa: E402
 
 try:
-    CONFIG = lgconfig.validate(config, lgconfig.load_yaml(Path(workflow.basedir) / "workflow/schemas/config.schema.yaml"))
+    CONFIG = lgconfig.validate(
+        config, lgconfig.load_yaml(Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
+    )
 except UserError as err:
     sys.exit(f"lengthgen: error: {err}")  # one line, no traceback, nothing written
 

@@ -9,11 +9,11 @@ rule generate_dataset:
         "results/data/{task}/{split}.parquet",
     log:
         "results/logs/data/{task}/{split}.log",
+    conda:
+        ENV
     params:
         task=lambda w: as_json(lgconfig.data_slice(CONFIG, w.task, w.split)),
         train=lambda w, input: f"--train {input[0]}" if input else "",
         code=CODE["data"],
-    conda:
-        ENV
     shell:
         "python -m lengthgen generate --task {params.task:q} {params.train} --out {output:q} 2> {log:q}"

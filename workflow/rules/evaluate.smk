@@ -11,14 +11,14 @@ rule length_sweep:
         "results/logs/sweep/{task}/{scheme}/seed{seed}.log",
     benchmark:
         "results/benchmarks/sweep/{task}/{scheme}/seed{seed}.tsv"
-    params:
-        eval=as_json(lgconfig.eval_slice(CONFIG)),
-        code=CODE["evaluate"],
+    conda:
+        ENV
     threads: CONFIG["threads"]
     resources:
         gpu=GPU,
-    conda:
-        ENV
+    params:
+        eval=as_json(lgconfig.eval_slice(CONFIG)),
+        code=CODE["evaluate"],
     shell:
         "python -m lengthgen sweep --model {input.model:q} --data {input.data:q} --eval {params.eval:q}"
         " --out {output:q} 2> {log:q}"

@@ -38,13 +38,13 @@ rule corpus:
         "results/language/corpus.parquet",
     log:
         "results/logs/language/corpus.log",
+    priority: 1  # E4's chain is the critical path of the default: start it first
+    conda:
+        ENV
     params:
         config=as_json(LANG["corpus"]),
         archive=lambda w, input: f"--archive {input[0]}" if input else "",
         code=CODE["corpus"],
-    priority: 1  # E4's chain is the critical path of the default: start it first
-    conda:
-        ENV
     shell:
         "python -m lengthgen corpus --config {params.config:q} {params.archive} --out {output:q} 2> {log:q}"
 
@@ -56,12 +56,12 @@ rule tokenizer:
         "results/language/tokenizer.json",
     log:
         "results/logs/language/tokenizer.log",
-    params:
-        config=as_json(LANG["tokenizer"]),
-        code=CODE["tokenizer"],
     priority: 1  # E4's chain is the critical path of the default: start it first
     conda:
         ENV
+    params:
+        config=as_json(LANG["tokenizer"]),
+        code=CODE["tokenizer"],
     shell:
         "python -m lengthgen tokenizer --config {params.config:q} --corpus {input:q} --out {output:q} 2> {log:q}"
 
@@ -75,12 +75,12 @@ rule tokenize:
         meta="results/language/tokens/tokens.json",
     log:
         "results/logs/language/tokenize.log",
-    params:
-        out_dir=subpath(output.meta, parent=True),
-        code=CODE["tokenizer"],
     priority: 1  # E4's chain is the critical path of the default: start it first
     conda:
         ENV
+    params:
+        out_dir=subpath(output.meta, parent=True),
+        code=CODE["tokenizer"],
     shell:
         "python -m lengthgen tokenize --tokenizer {input.tokenizer:q} --corpus {input.corpus:q}"
         " --out-dir {params.out_dir:q} 2> {log:q}"
@@ -98,18 +98,18 @@ rule train_lm:
         "results/logs/language/train_{lm}.log",
     benchmark:
         "results/benchmarks/language/train_{lm}.tsv"
+    priority: 1  # the scoring waits on these: start them before the synthetic cells
+    conda:
+        ENV
+    threads: CONFIG["threads"]
+    resources:
+        gpu=GPU,
     params:
         spec=lambda w: as_json(lgconfig.lm_slice(CONFIG, w.lm)),
         checkpoint="results/checkpoints/language/{lm}/last.pt",
         out_dir=subpath(output.model, parent=True),
         tokens_dir=subpath(input.tokens, parent=True),
         code=CODE["language"],
-    threads: CONFIG["threads"]
-    resources:
-        gpu=GPU,
-    priority: 1  # the scoring waits on these: start them before the synthetic cells
-    conda:
-        ENV
     shell:
         "python -m lengthgen train-lm --spec {params.spec:q} --tokenizer {input.tokenizer:q}"
         " --tokens {params.tokens_dir:q} --out-dir {params.out_dir:q} --checkpoint {params.checkpoint:q}"
@@ -128,17 +128,17 @@ rule score_influence:
         "results/logs/language/score_influence.log",
     benchmark:
         "results/benchmarks/language/score_influence.tsv"
+    priority: 1  # the longest single job of the default: do not leave it for last
+    conda:
+        ENV
+    threads: CONFIG["threads"]
+    resources:
+        gpu=GPU,
     params:
         config=as_json(lgconfig.influence_slice(CONFIG)),
         short=lambda w, input: " ".join(f"{m}={p}" for m, p in zip(SHORT_MODELS, input.short)),
         tokens_dir=subpath(input.tokens, parent=True),
         code=CODE["influence"],
-    threads: CONFIG["threads"]
-    resources:
-        gpu=GPU,
-    priority: 1  # the longest single job of the default: do not leave it for last
-    conda:
-        ENV
     shell:
         "python -m lengthgen score --config {params.config:q} --long {input.long:q} --short {params.short}"
         " --tokenizer {input.tokenizer:q} --tokens {params.tokens_dir:q} --out {output:q} 2> {log:q}"
@@ -157,12 +157,12 @@ rule influence_report:
         ],
     log:
         "results/logs/language/influence_report.log",
+    conda:
+        ENV
     params:
         logs=lambda w, input: [f"{m}={p}" for m, p in zip(LANG["models"], input.train_logs)],
         config=as_json({"language": LANG, "claims": CONFIG["claims"]["language"]}),
         code=CODE["language_report"],
-    conda:
-        ENV
     shell:
         "python -m lengthgen influence-report --scores {input.scores:q} --train-logs {params.logs:q}"
         " --config {params.config:q} --csv {output.csv:q} --train-csv {output.train_csv:q}"

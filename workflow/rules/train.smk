@@ -13,16 +13,16 @@ rule train:
         "results/logs/train/{task}/{scheme}/seed{seed}.log",
     benchmark:
         "results/benchmarks/train/{task}/{scheme}/seed{seed}.tsv"
+    conda:
+        ENV
+    threads: CONFIG["threads"]
+    resources:
+        gpu=GPU,
     params:
         cell=lambda w: as_json(lgconfig.cell_slice(CONFIG, w.task, w.scheme, int(w.seed))),
         checkpoint="results/checkpoints/{task}/{scheme}/seed{seed}/last.pt",
         out_dir=subpath(output.model, parent=True),
         code=CODE["train"],
-    threads: CONFIG["threads"]
-    resources:
-        gpu=GPU,
-    conda:
-        ENV
     shell:
         "python -m lengthgen train --cell {params.cell:q} --data {input:q} --out-dir {params.out_dir:q}"
         " --checkpoint {params.checkpoint:q} --code-digest {params.code} 2> {log:q}"

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from lengthgen import device as devices
+from lengthgen import progress
 from lengthgen.errors import UserError
 from lengthgen.fileio import atomic_path
 from lengthgen.language import lm
@@ -175,14 +176,15 @@ def _score_targets(long_model, short_models: dict, stream, index: np.ndarray, cf
     gen = torch.Generator().manual_seed(icfg["seed"])
     out = {}
     chunks = np.array_split(index, max(1, -(-len(index) // icfg["targets_per_batch"])))
+    started = time.perf_counter()
     for n_done, chunk in enumerate(chunks):
-        started = time.perf_counter()
         c = Contexts(stream, chunk, cfg["T_long"], cfg["T_short"])
         part = _score_chunk(long_model, short_models, c, ks, icfg, gen)
         for name, values in part.items():
             out.setdefault(name, []).extend(values)
-        log(f"scored {sum(len(ch) for ch in chunks[: n_done + 1])}/{len(index)} targets "
-            f"({len(chunk) / (time.perf_counter() - started):.2f} targets/s)")
+        done = sum(len(ch) for ch in chunks[: n_done + 1])
+        log(f"scored {done}/{len(index)} targets | "
+            f"{progress.tail(done, len(index), time.perf_counter() - started, unit='targets')}")
     return out
 
 

@@ -19,11 +19,12 @@ import pandas as pd
 import torch
 
 from lengthgen import device as devices
+from lengthgen import progress
 from lengthgen.errors import TrainingDiverged
 from lengthgen.fileio import atomic_path, canonical_json, write_text
 from lengthgen.language import tokenizer as tokenizers
 from lengthgen.language.loss import next_token_loss
-from lengthgen.loop import adamw, load_checkpoint, lr_at, save_checkpoint
+from lengthgen.loop import adamw, load_checkpoint, load_tensors, lr_at, save_checkpoint
 from lengthgen.model import ModelConfig, Transformer, param_count
 
 
@@ -115,9 +116,10 @@ def train_lm(spec: dict, tokenizer_path, tokens_dir, out_dir, checkpoint_path, c
         val_loss = validation_loss(model, val, dev) if evaluate else None
         rows.append((step, loss, opt.param_groups[0]["lr"], math.nan if val_loss is None else val_loss))
         if val_loss is not None:
-            rate = (step - (state or {}).get("step", 0)) * tokens_per_step / (time.perf_counter() - started)
-            log(f"{name}: step {step}/{cfg['max_steps']} loss {loss:.3f} validation {val_loss:.3f} "
-                f"({rate:,.0f} tokens/s)")
+            first, elapsed = (state or {}).get("step", 0), time.perf_counter() - started
+            log(f"{name}: step {step}/{cfg['max_steps']} loss {loss:.3f} validation {val_loss:.3f} | "
+                f"{progress.tail(step, cfg['max_steps'], elapsed, start=first)}, "
+                f"{(step - first) * tokens_per_step / elapsed:,.0f} tokens/s")
         if step % cfg["checkpoint_every"] == 0:
             save_checkpoint(Path(checkpoint_path), fingerprint=fingerprint, model=model.state_dict(),
                              optimizer=opt.state_dict(), step=step, rows=rows)
@@ -174,7 +176,7 @@ def _write_outputs(model, spec, tok, tokens_meta, rows, out_dir: Path, dev, code
 
 def load(path) -> Transformer:
     """A trained language model from its model.pt, in eval mode on the CPU."""
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_tensors(path)
     model = Transformer(ModelConfig(**state["model_args"]))
     model.load_state_dict(state["state_dict"])
     model.tokenizer_sha256 = state["tokenizer_sha256"]

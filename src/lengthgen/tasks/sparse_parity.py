@@ -1,4 +1,4 @@
-"""E1: k-sparse planted parity (our protocol; see README "Protocol").
+"""E1: k-sparse planted parity (our protocol; see docs/protocol.md).
 
 Example of length n: ``BOS x_1 ... x_n SEP y``. k distinct planted positions carry the
 tokens ``0*``/``1*``; every other position is a background bit ``0``/``1``; y is the XOR of

@@ -1,0 +1,83 @@
+"""Run Snakemake, first removing the lock a killed run left behind.
+
+`python -m lengthgen.unlock snakemake --cores all ...` (what `make run` calls). Snakemake locks
+its working directory while it runs and removes the lock when it ends; a run killed with SIGKILL
+(or by an out-of-memory killer, or a closed laptop lid's shutdown) cannot, and the next run stops
+on it. A lock is stale when no live Snakemake process works in this directory: then it is removed
+with `snakemake --unlock` (same arguments) and the run goes on. When one is alive, its lock is
+real: stop in one line naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+LOCKS = Path(".snakemake/locks")
+
+
+def is_snakemake(argv: list[str]) -> bool:
+    """`snakemake ...`, `python .../bin/snakemake ...` or `python -m snakemake ...`."""
+    names = [os.path.basename(arg) for arg in argv[:2]]
+    return "snakemake" in names or argv[1:3] == ["-m", "snakemake"]
+
+
+def is_job(argv: list[str]) -> bool:
+    """`python -m lengthgen <stage> ...`: a job a Snakemake run started, which a SIGKILL to
+    Snakemake alone leaves running."""
+    return argv[1:3] == ["-m", "lengthgen"]
+
+
+def live_processes(workdir: Path, match) -> list[int]:
+    """Process ids of the live processes working in `workdir` whose command line `match`es."""
+    workdir, pids = workdir.resolve(), []
+    if not Path("/proc/self/cwd").exists():  # no /proc (macOS): any such process may be this run's
+        ps = subprocess.run(["ps", "-Ao", "pid=,command="], capture_output=True, text=True).stdout
+        return [int(line.split()[0]) for line in ps.splitlines() if match(line.split()[1:])]
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:  # a zombie (killed, not yet reaped) has an empty command line: not alive
+            argv = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+            if argv and match(argv) and Path(os.readlink(proc / "cwd")) == workdir:
+                pids.append(int(proc.name))
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return sorted(pids)
+
+
+def clear_stale_lock(command: list[str], workdir: Path) -> int:
+    """0 when `command` may run: no lock, or a stale one now removed; 1 when a live run holds it."""
+    if not (workdir / LOCKS).is_dir() or not any((workdir / LOCKS).iterdir()):
+        return 0
+    pids = live_processes(workdir, is_snakemake)
+    if pids:
+        print(f"lengthgen: Snakemake (pid {', '.join(map(str, pids))}) is still running in {workdir} and holds "
+              "its lock; wait for it to end, or stop it first", file=sys.stderr)
+        return 1
+    jobs = live_processes(workdir, is_job)
+    if jobs:  # rerunning them now would have two processes write the same outputs
+        print(f"lengthgen: a job of a killed run (pid {', '.join(map(str, jobs))}) is still running in {workdir}; "
+              "wait for it to end, or stop it first", file=sys.stderr)
+        return 1
+    print("lengthgen: a killed run left Snakemake's lock behind and no Snakemake is running here; "
+          "unlocking (snakemake --unlock) and going on", file=sys.stderr)
+    done = subprocess.run([*command, "--unlock"], cwd=workdir, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"lengthgen: snakemake --unlock failed ({last})", file=sys.stderr)
+    return done.returncode
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m lengthgen.unlock snakemake [ARGS...]", file=sys.stderr)
+        return 2
+    code = clear_stale_lock(argv, Path.cwd())
+    if code:
+        return code
+    os.execvp(argv[0], argv)  # Snakemake itself from here on: its output, signals and exit status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

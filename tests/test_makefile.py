@@ -1,0 +1,29 @@
+"""`make` alone lists the targets with what each does; `make run` goes through the lock check."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make on PATH")
+
+
+def _targets(repo) -> dict:
+    """The Makefile's `target: ... ## what it does` lines."""
+    found = re.findall(r"^([a-z]+):.*## (.+)$", (repo / "Makefile").read_text(), flags=re.M)
+    return dict(found)
+
+
+def test_make_alone_lists_every_documented_target(repo):
+    listed = subprocess.run(["make", "-s"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    targets = _targets(repo)
+    assert {"help", "run", "test", "lint", "report", "clean"} <= set(targets)
+    for name, text in targets.items():
+        assert re.search(rf"^  make {name} +{re.escape(text)}$", listed, flags=re.M), (name, listed)
+
+
+def test_runs_that_write_results_clear_a_stale_lock_first(repo):
+    dry = subprocess.run(["make", "-n", "run", "paper"], cwd=repo, capture_output=True, text=True).stdout
+    runs = [line for line in dry.splitlines() if " --cores " in line]
+    assert len(runs) == 2 and all("-m lengthgen.unlock snakemake --cores" in line for line in runs), dry

@@ -1,0 +1,114 @@
+"""`make run` after a killed run: the lock a SIGKILLed Snakemake left is removed and the run goes
+on; a lock that a live Snakemake holds stops the run in one line."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import yaml
+from conftest import PYTHON, REPO, VENV_BIN, copy_workflow, venv_env
+
+from lengthgen.unlock import is_job, is_snakemake, live_processes
+
+# One short training cell, no language models: the run lasts long enough to be killed mid-way.
+TINY = {
+    "seeds": [0],
+    "model": {"n_layer": 1, "d_model": 16, "n_head": 2, "d_ff": 32},
+    "train": {"max_steps": 200, "warmup_steps": 5, "checkpoint_every": 50, "log_every": 50,
+              "early_stop": {"patience": 0}},
+    "tasks": [{"name": "lock_k1", "kind": "sparse_parity", "schemes": ["nope"], "train_examples": 500,
+               "params": {"k": 1, "n_min": 4, "n_max": 8}, "eval": {"lengths": [8, 16], "examples": 20}}],
+    "language": None,
+}
+
+
+def test_snakemake_command_lines_are_recognised():
+    assert is_snakemake(["/venv/bin/python", "/venv/bin/snakemake", "--cores", "all"])
+    assert is_snakemake(["snakemake", "-n"])
+    assert is_snakemake(["python3", "-m", "snakemake", "--unlock"])
+    assert not is_snakemake(["python", "-m", "lengthgen", "train", "--cell", "{}"])
+    assert not is_snakemake(["vim", "Snakefile"])
+    assert is_job(["python", "-m", "lengthgen", "train", "--cell", "{}"])
+    assert not is_job(["python", "-m", "lengthgen.unlock", "snakemake"])
+
+
+def _wrapped(workdir) -> list[str]:
+    snakemake = [str(VENV_BIN / "snakemake"), "--cores", "1", "--configfile", "tiny.yaml"]
+    return [PYTHON, "-m", "lengthgen.unlock", *snakemake]
+
+
+def _run(workdir, command) -> subprocess.CompletedProcess:
+    env = venv_env(PYTHONPATH=str(workdir / "src"))
+    return subprocess.run(command, cwd=workdir, env=env, text=True, capture_output=True, timeout=600)
+
+
+def _locked(workdir) -> bool:
+    locks = workdir / ".snakemake/locks"
+    return locks.is_dir() and any(locks.iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.workflow
+def test_a_killed_run_is_unlocked_and_goes_on_but_a_live_one_is_not(tmp_path):
+    workdir = copy_workflow(tmp_path / "wf")
+    (workdir / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    first = subprocess.Popen(_wrapped(workdir)[3:], cwd=workdir, env=venv_env(), start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not _locked(workdir):
+            assert first.poll() is None, "snakemake ended before it locked the directory"
+            assert time.monotonic() < deadline, "snakemake never locked the directory"
+            time.sleep(0.1)
+        # a live run holds the lock: stop, in one line naming it
+        blocked = _run(workdir, _wrapped(workdir))
+        assert blocked.returncode == 1, blocked.stderr
+        assert blocked.stderr.strip() == (
+            f"lengthgen: Snakemake (pid {first.pid}) is still running in {workdir.resolve()} and holds its "
+            "lock; wait for it to end, or stop it first")
+        first.send_signal(signal.SIGKILL)  # no chance to remove its lock
+        first.wait()
+    finally:
+        try:  # what the killed run had started (a training job, the warm-start server)
+            os.killpg(first.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert _locked(workdir), "the killed run should have left its lock behind"
+    deadline = time.monotonic() + 30
+    while live_processes(workdir, is_job):  # until the killed jobs are gone from /proc
+        assert time.monotonic() < deadline, "the killed run's jobs did not end"
+        time.sleep(0.1)
+
+    resumed = _run(workdir, _wrapped(workdir))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    notes = [line for line in resumed.stderr.splitlines() if line.startswith("lengthgen: a killed run")]
+    assert notes == ["lengthgen: a killed run left Snakemake's lock behind and no Snakemake is running here; "
+                     "unlocking (snakemake --unlock) and going on"]
+    assert not _locked(workdir)
+    again = _run(workdir, [*_wrapped(workdir), "-n"])
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    assert "lengthgen: a killed run" not in again.stderr
+
+
+def test_a_job_the_killed_run_left_running_stops_the_next_run(tmp_path):
+    """SIGKILL to Snakemake alone leaves its jobs running: the lock is stale, but rerunning them
+    now would have two processes write the same outputs."""
+    workdir = tmp_path / "wf"
+    (workdir / ".snakemake/locks").mkdir(parents=True)
+    (workdir / ".snakemake/locks/0.output.lock").write_text("results/tables/claims.md\n")
+    fake = tmp_path / "fake" / "lengthgen"  # a `python -m lengthgen train` that only waits
+    fake.mkdir(parents=True)
+    (fake / "__main__.py").write_text("import time\ntime.sleep(60)\n")
+    job = subprocess.Popen([PYTHON, "-m", "lengthgen", "train"], cwd=workdir, env=venv_env(PYTHONPATH=str(fake.parent)))
+    try:
+        blocked = subprocess.run([PYTHON, "-m", "lengthgen.unlock", "snakemake", "--cores", "1"], cwd=workdir,
+                                 env=venv_env(PYTHONPATH=str(REPO / "src")), capture_output=True, text=True)
+    finally:
+        job.kill()
+        job.wait()
+    assert blocked.returncode == 1
+    assert blocked.stderr == (f"lengthgen: a job of a killed run (pid {job.pid}) is still running in {workdir}; "
+                              "wait for it to end, or stop it first\n")
+    assert (workdir / ".snakemake/locks/0.output.lock").exists()
