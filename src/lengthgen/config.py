@@ -222,7 +222,7 @@ def lm_slice(config: dict, name: str) -> dict:
         "pose_target": lang["T_long"] if name == "pose" else None,
         "model": lang["model"],
         "train": train,
-        "seed": lang["seed"],
+        "seed": lang["seed"] + config["seed_offset"],
         "device": config["device"],
         "gpu": uses_gpu(config),
         "threads": config["threads"],
