@@ -284,3 +284,12 @@ def test_sparse_parity_figure_leaves_out_the_models_the_scorecard_leaves_out(tmp
     kept = set(drawn["data"][["task", "seed"]].itertuples(index=False, name=None))
     assert kept == {("t_k1", 0), ("t_k1", 1), ("t_k2", 0)}
     assert "left out (accuracy < 0.95 at n = 10): t_k2/rope/seed1" in drawn["title"]
+
+
+def test_power_is_high_for_a_clear_trend_and_nil_for_none():
+    from lengthgen import power
+
+    clear = pd.DataFrame({"scheme": "rope", "k": [1, 1, 2, 2, 3, 3], "accuracy": [1.0, 0.98, 0.8, 0.82, 0.6, 0.62]})
+    flat = clear.assign(accuracy=[0.7, 0.9, 0.9, 0.7, 0.8, 0.8])
+    assert power.power(clear, 4, {"alpha": 0.01, "seed": 0}, n_sim=50, n_perm=500) == 1.0
+    assert power.power(flat, 4, {"alpha": 0.01, "seed": 0}, n_sim=50, n_perm=500) < 0.1

@@ -147,6 +147,16 @@ def cmd_diff(a) -> int:
     return diff.diff_tables(a.rev, a.tables, a.tolerance)
 
 
+def cmd_power(a) -> None:
+    from lengthgen import power
+    from lengthgen.aggregate import read_sweep
+
+    sparsity = {"fit_min": a.fit_min, "min_length_ratio": a.min_length_ratio}
+    points = power.claim1_points(read_sweep(a.sweep_csv), a.tasks, a.train_max, sparsity)
+    table = power.table(points, a.models_per_k, {"alpha": a.alpha, "seed": 0}, n_sim=a.simulations)
+    print(table.pivot(index="models_per_k", columns="scheme", values="power").to_markdown())
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lengthgen", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="stage", required=True)
@@ -253,6 +263,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--tables", default="results/tables")
     s.add_argument("--tolerance", type=float, default=0.0, help="absolute change that counts as a move")
     s.set_defaults(func=cmd_diff)
+
+    s = sub.add_parser("power", help="power of the claim-1 test at m fitted models per k, from a sweep")
+    s.add_argument("--sweep-csv", default="results/tables/length_sweep.csv")
+    s.add_argument("--tasks", nargs="+", default=["sparse_parity_k1", "sparse_parity_k2", "sparse_parity_k3"])
+    s.add_argument("--train-max", type=int, default=12, help="longest training length of those tasks")
+    s.add_argument("--models-per-k", type=int, nargs="+", default=[3, 4, 5, 6, 8, 10])
+    s.add_argument("--alpha", type=float, default=0.01)
+    s.add_argument("--fit-min", type=float, default=0.95)
+    s.add_argument("--min-length-ratio", type=float, default=8)
+    s.add_argument("--simulations", type=int, default=500)
+    s.set_defaults(func=cmd_power)
 
     s = sub.add_parser("provenance", help="record commit, versions and devices")
     s.add_argument("--meta", nargs="*", default=[])
