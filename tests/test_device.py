@@ -38,9 +38,20 @@ def test_cpu_machine_auto_is_cpu_and_cuda_is_a_clear_error():
         device.resolve("cuda", 1)
 
 
-def test_cpu_description_names_threads_and_instruction_set(monkeypatch):
-    """Provenance must tell an AVX2 run from an AVX-512 one: their tables differ by rounding."""
+def test_cpu_description_names_threads_instruction_set_and_model(monkeypatch):
+    """Provenance must tell an AVX2 run from an AVX-512 one, and one CPU model from another:
+    their tables differ by rounding."""
     dev = device.resolve("cpu", 1)
-    for capability in ("AVX2", "AVX512"):
+    for capability, model in (("AVX2", "AMD EPYC 7B13"), ("AVX512", "Intel Xeon Platinum 8481C")):
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
-        assert device.describe(dev) == f"cpu (1 threads, {capability})"
+        monkeypatch.setattr(device, "cpu_model", lambda m=model: m)
+        assert device.describe(dev) == f"cpu (1 threads, {capability}, {model})"
+
+
+def test_cpu_model_reads_the_model_name_or_falls_back(monkeypatch, tmp_path):
+    assert device.cpu_model()  # this machine's, never empty
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: (_ for _ in ()).throw(OSError()) if a[0] == "/proc/cpuinfo"
+                        else real_open(*a, **k))
+    monkeypatch.setattr(device.platform, "processor", lambda: "x86_64")
+    assert device.cpu_model() == "x86_64"

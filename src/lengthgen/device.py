@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import platform
 import tempfile
 import time
 from pathlib import Path
@@ -74,4 +75,14 @@ def describe(device: torch.device) -> str:
     against this."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"cpu ({torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()})"
+    return f"cpu ({torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()}, {cpu_model()})"
+
+
+def cpu_model() -> str:
+    """The CPU's model name: two machines can share an instruction set and still round apart."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    except OSError:
+        names = []
+    return (names[0] if names else platform.processor()) or "unknown CPU"
