@@ -147,6 +147,12 @@ def cmd_diff(a) -> int:
     return diff.diff_tables(a.rev, a.tables, a.tolerance)
 
 
+def cmd_replicate(a) -> int:
+    from lengthgen import replicate
+
+    return 0 if replicate.run(a.main, a.other, a.out, tuple(a.names)) else 1
+
+
 def cmd_power(a) -> None:
     from lengthgen import power
     from lengthgen.aggregate import read_sweep
@@ -263,6 +269,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--tables", default="results/tables")
     s.add_argument("--tolerance", type=float, default=0.0, help="absolute change that counts as a move")
     s.set_defaults(func=cmd_diff)
+
+    s = sub.add_parser("replicate", help="two runs' scorecards side by side (exit 1 if a verdict differs)")
+    s.add_argument("--main", default="results/tables/claims.csv")
+    s.add_argument("--other", required=True, help="the other run's claims.csv")
+    s.add_argument("--out", required=True, help="markdown report")
+    s.add_argument("--names", nargs=2, default=["default", "replicate"])
+    s.set_defaults(func=cmd_replicate)
 
     s = sub.add_parser("power", help="power of the claim-1 test at m fitted models per k, from a sweep")
     s.add_argument("--sweep-csv", default="results/tables/length_sweep.csv")
