@@ -130,20 +130,20 @@ def _edited(smoke_run, relpath):
     return path, backup
 
 
+FIGURES = ("figure_sparse_parity", "figure_sparsity_test", "figure_coupling")
+
+
 @pytest.mark.parametrize(
     ("relpath", "expected"),
     [
-        ("src/lengthgen/model.py", {"train", "length_sweep", "aggregate", "claims", "figure_sparse_parity",
-                                    "figure_coupling", "provenance", "train_lm", "score_influence",
-                                    "influence_report", "all"}),
+        ("src/lengthgen/model.py", {"train", "length_sweep", "aggregate", "claims", *FIGURES, "provenance", "train_lm",
+                                    "score_influence", "influence_report", "all"}),
         ("src/lengthgen/language/influence.py", {"score_influence", "influence_report", "claims", "all"}),
         ("src/lengthgen/language/report.py", {"influence_report", "all"}),
-        ("src/lengthgen/figures.py", {"figure_sparse_parity", "figure_coupling", "all"}),
-        ("src/lengthgen/decode.py", {"length_sweep", "aggregate", "claims", "figure_sparse_parity",
-                                     "figure_coupling", "all"}),
-        ("src/lengthgen/tasks/sparse_parity.py", {"generate_dataset", "train", "length_sweep", "aggregate",
-                                                  "claims", "figure_sparse_parity", "figure_coupling", "provenance",
-                                                  "all"}),
+        ("src/lengthgen/figures.py", {*FIGURES, "all"}),
+        ("src/lengthgen/decode.py", {"length_sweep", "aggregate", "claims", *FIGURES, "all"}),
+        ("src/lengthgen/tasks/sparse_parity.py", {"generate_dataset", "train", "length_sweep", "aggregate", "claims",
+                                                  *FIGURES, "provenance", "all"}),
     ],
 )
 def test_code_edit_reruns_exactly_its_stages(smoke_run, relpath, expected):

@@ -91,6 +91,10 @@ def cmd_figure(a) -> None:
         if a.fit_min is not None:
             raise UserError("figure --fit-min: only for --kind sparse_parity")
         figures.coupling(a.sweep_csv, dict(zip(a.tasks, a.train_max, strict=True)), a.out)
+    elif a.kind == "sparsity_test":
+        if a.claims is None:
+            raise UserError("figure --kind sparsity_test: needs --claims (the config's claims, JSON)")
+        figures.sparsity_test(a.sweep_csv, a.tasks, max(a.train_max), a.out, a.claims["sparsity"], a.claims["stats"])
     else:
         figures.sparse_parity(a.sweep_csv, a.tasks, max(a.train_max), a.out, a.fit_min)
 
@@ -207,7 +211,8 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_claims)
 
     s = sub.add_parser("figure", help="draw a figure from the length sweep table")
-    s.add_argument("--kind", choices=["sparse_parity", "coupling"], default="sparse_parity")
+    s.add_argument("--kind", choices=["sparse_parity", "sparsity_test", "coupling"], default="sparse_parity")
+    s.add_argument("--claims", type=_json, help="sparsity_test: the config's claims (JSON)")
     s.add_argument("--sweep-csv", required=True)
     s.add_argument("--tasks", nargs="+", required=True)
     s.add_argument("--train-max", type=int, nargs="+", required=True, help="longest training length (per task)")

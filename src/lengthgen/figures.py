@@ -23,14 +23,15 @@ def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out, fit_min: flo
     df = read_sweep(sweep_csv)
     df = df[df["task"].isin(tasks)]
     schemes = sorted(df["scheme"].unique())  # a scheme whose models are all left out keeps its panel
-    df, note = _fitted_only(df, train_max, fit_min)
+    df, unfit, note = _fitted_only(df, train_max, fit_min)
     several_models_per_k = df.groupby("k")["task"].nunique().max() > 1
     sns.set_theme(style="whitegrid", context="paper")
     grid = sns.relplot(
         data=df, x="length", y="accuracy", hue="k", col="scheme", col_order=schemes,
-        row="task" if several_models_per_k else None, kind="line", errorbar=("pi", 100), estimator="mean",
-        marker="o", palette="viridis", height=2.8, aspect=1.1, facet_kws={"sharey": True},
+        row="task" if several_models_per_k else None, kind="line", errorbar=("ci", 95), n_boot=2000, seed=0,
+        estimator="mean", marker="o", palette="viridis", height=2.8, aspect=1.1, facet_kws={"sharey": True},
     )
+    _mark_unfit(grid, unfit, several_models_per_k)
     lengths = sorted(df["length"].unique())
     for ax in grid.axes.flat:
         ax.set_xscale("log", base=2)
@@ -40,22 +41,59 @@ def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out, fit_min: flo
         ax.set_ylim(0.25, 1.02)  # a constant answer scores about 0.5; bands may dip lower
     grid.set_titles(row_template="{row_name}", col_template="{col_name}")
     grid.set_axis_labels("test length n", "accuracy")
-    title = "\n".join(["Sparse parity: accuracy vs length (mean over seeds, band = min..max)", *note])
+    title = "\n".join(["Sparse parity: accuracy vs length (mean over fitted seeds, band = bootstrap 95% CI of the "
+                       "mean; dotted grey: unfit models)", *note])
     grid.figure.suptitle(title, y=1.03 + 0.09 * len(note))
     _save(grid, out)
 
 
 def _fitted_only(df, train_max: int, fit_min: float | None):
-    """The rows of the models that fit (the scorecard's rule) and the title lines naming the rest."""
+    """The rows of the models that fit (the scorecard's rule), those of the rest, and the title
+    lines naming the rest."""
     if fit_min is None:
-        return df, []
+        return df, df.iloc[:0], []
     fits = claims.fitted(df, train_max, fit_min)
     if fits.all():
-        return df, []
+        return df, df.iloc[:0], []
     if not fits.any():  # nothing would be left to draw: draw every model and say so
-        return df, [f"no model fits (accuracy < {fit_min:g} at n = {train_max}): every model drawn"]
+        return df, df.iloc[:0], [f"no model fits (accuracy < {fit_min:g} at n = {train_max}): every model drawn"]
     names = claims.model_names(df[~fits])
-    return df[fits], textwrap.wrap(f"left out (accuracy < {fit_min:g} at n = {train_max}): {names}", 110)
+    return df[fits], df[~fits], textwrap.wrap(f"left out (accuracy < {fit_min:g} at n = {train_max}): {names}", 110)
+
+
+def _mark_unfit(grid, unfit, by_task: bool) -> None:
+    """Each unfit model's own curve, dotted grey on its scheme's panel: visible, not averaged in."""
+    for (task, scheme, _), g in unfit.groupby(["task", "scheme", "seed"]):
+        ax = grid.axes_dict.get((task, scheme) if by_task else scheme)
+        if ax is not None:
+            g = g.groupby("length")["accuracy"].mean()
+            ax.plot(g.index, g.values, color="grey", lw=0.8, ls=":", zorder=1)
+
+
+def sparsity_test(sweep_csv, tasks: list[str], train_max: int, out, cfg: dict, st: dict) -> None:
+    """The statistic that decides claim 1, per scheme: each fitted model's mean accuracy at the
+    long lengths against k, the mean per k with its bootstrap 95% CI, and Spearman with its
+    permutation p in the panel's title (the scorecard's numbers: same rule, same seeds)."""
+    from lengthgen import power, stats
+
+    points = power.claim1_points(read_sweep(sweep_csv), tasks, train_max, cfg)
+    schemes = sorted(points["scheme"].unique())
+    sns.set_theme(style="whitegrid", context="paper")
+    fig, axes = plt.subplots(1, max(1, len(schemes)), figsize=(3.0 * max(1, len(schemes)), 2.8), sharey=True,
+                             squeeze=False)
+    for ax, scheme in zip(axes.flat, schemes, strict=False):
+        g = points[points["scheme"] == scheme]
+        sns.stripplot(data=g, x="k", y="accuracy", ax=ax, color="grey", alpha=0.6, size=4, jitter=0.15)
+        sns.pointplot(data=g, x="k", y="accuracy", ax=ax, errorbar=("ci", 95), n_boot=st["n_boot"], seed=st["seed"],
+                      color="black", markers="D", linestyles="-")
+        rho, p = stats.permutation_spearman(g["k"], g["accuracy"], "less", st["n_perm"], st["seed"])
+        ax.set_title(f"{scheme}\nSpearman {rho:.2f}, p = {p:.4f}, {len(g)} models", fontsize=9)
+        ax.set_ylim(0.25, 1.02)
+    axes.flat[0].set_ylabel(f"mean accuracy, n >= {cfg['min_length_ratio']:g}x")
+    fig.suptitle(f"Claim 1 test: one point per fitted model; PASS when p <= {st['alpha']:g}", y=1.08)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=150, bbox_inches="tight", format="png", metadata={"Software": None})
+    plt.close(fig)
 
 
 def coupling(sweep_csv, tasks: dict, out) -> None:
@@ -67,7 +105,8 @@ def coupling(sweep_csv, tasks: dict, out) -> None:
     sns.set_theme(style="whitegrid", context="paper")
     grid = sns.relplot(
         data=df, x="length", y="accuracy", hue="scheme", style="scheme", col="task", col_order=sorted(tasks),
-        kind="line", errorbar=("pi", 100), estimator="median", markers=True, height=2.8, aspect=1.1,
+        kind="line", errorbar=("ci", 95), n_boot=2000, seed=0, estimator="mean", markers=True, height=2.8,
+        aspect=1.1,
         facet_kws={"sharey": True, "sharex": False},
     )
     for task, ax in grid.axes_dict.items():
@@ -79,7 +118,8 @@ def coupling(sweep_csv, tasks: dict, out) -> None:
         ax.set_ylim(-0.02, 1.02)
     grid.set_titles(col_template="{col_name}")
     grid.set_axis_labels("test length (bits n / statements N)", "exact match")
-    grid.figure.suptitle("Position coupling: exact match vs length (median over seeds, band = min..max)", y=1.03)
+    grid.figure.suptitle("Position coupling: exact match vs length (mean over seeds, band = bootstrap 95% CI of the "
+                         "mean)", y=1.03)
     _save(grid, out)
 
 

@@ -6,6 +6,7 @@ localrules:
     aggregate,
     claims,
     figure_sparse_parity,
+    figure_sparsity_test,
     figure_coupling,
     provenance,
 
@@ -72,6 +73,29 @@ rule figure_sparse_parity:
     shell:
         "python -m lengthgen figure --sweep-csv {input:q} --tasks {params.tasks:q} --train-max {params.train_max}"
         " --fit-min {params.fit_min} --out {output:q} 2> {log:q}"
+
+
+rule figure_sparsity_test:
+    input:
+        "results/tables/length_sweep.csv",
+    output:
+        report(
+            "results/figures/sparsity_test.png",
+            caption="../report/sparsity_test.rst",
+            category="E1 sparse parity",
+        ),
+    log:
+        "results/logs/figures/sparsity_test.log",
+    conda:
+        ENV
+    params:
+        tasks=tasks_of("sparse_parity"),
+        train_max=train_max("sparse_parity"),
+        claims=as_json(CONFIG["claims"]),
+        code=CODE["figures"],
+    shell:
+        "python -m lengthgen figure --kind sparsity_test --sweep-csv {input:q} --tasks {params.tasks:q}"
+        " --train-max {params.train_max} --claims {params.claims:q} --out {output:q} 2> {log:q}"
 
 
 rule figure_coupling:

@@ -121,7 +121,11 @@ def coupling_info():
 
 
 def figures():
-    kinds = {"sparse_parity": tasks_of("sparse_parity"), "coupling": coupling_tasks()}
+    kinds = {
+        "sparse_parity": tasks_of("sparse_parity"),
+        "sparsity_test": tasks_of("sparse_parity"),
+        "coupling": coupling_tasks(),
+    }
     language = ["influence_gap", "influence_recovered", "influence_short_model"] if CONFIG["language"] else []
     return [name for name, present in kinds.items() if present] + language
 
