@@ -33,13 +33,14 @@ def test_readme_verdict_is_the_committed_scorecard(repo):
 
 
 def test_verdict_counts_every_result_a_scorecard_holds():
-    rows = [{"claim": "1 sparsity", "result": r} for r in ("PASS", "FAIL", "INCONCLUSIVE", "PASS")]
-    rows.append({"claim": "3 language", "result": "N/A"})
+    rows = [{"claim": "1 sparsity", "result": r} for r in ("PASS", "FAIL", "INCONCLUSIVE", "PASS", "descriptive")]
+    rows += [{"claim": "2 coupling", "result": "PASS"}, {"claim": "3 language", "result": "N/A"}]
     assert verdict_table(rows).splitlines() == [
-        "| claim | experiments | checks | PASS | FAIL | INCONCLUSIVE | N/A |",
-        "|---|---|---|---|---|---|---|",
-        "| 1 sparsity | E1 | 4 | 2 | 1 | 1 | 0 |",
-        "| 3 language | E4 | 1 | 0 | 0 | 0 | 1 |",
+        "| claim | experiments | verdict | checks | PASS | FAIL | INCONCLUSIVE | N/A |",
+        "|---|---|---|---|---|---|---|---|",
+        "| 1 sparsity | E1 | not reproduced (2 PASS, 1 FAIL, 1 INCONCLUSIVE) | 4 | 2 | 1 | 1 | 0 |",
+        "| 2 coupling | E2, E3 | reproduced (1 PASS) | 1 | 1 | 0 | 0 | 0 |",
+        "| 3 language | E4 | not measured | 1 | 0 | 0 | 0 | 1 |",
     ]
 
 

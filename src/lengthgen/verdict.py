@@ -16,17 +16,22 @@ EXPERIMENTS = {"1 sparsity": "E1", "2 coupling": "E2, E3", "3 language": "E4"}
 
 
 def verdict_table(rows: list[dict]) -> str:
-    """Markdown: one row per claim, the number of checks and how many gave each result."""
+    """Markdown: one row per claim, its verdict, the number of checks and how many gave each
+    result (descriptive rows, which are no verdicts, are not counted)."""
+    from lengthgen.claims import DESCRIPTIVE, verdict
+
+    rows = [r for r in rows if r["result"] != DESCRIPTIVE]
     counts: dict[str, Counter] = {}
     for row in rows:
         counts.setdefault(row["claim"], Counter())[row["result"]] += 1
     seen = {result for c in counts.values() for result in c}
     results = [r for r in ORDER if r in seen] + sorted(seen - set(ORDER))
-    lines = ["| claim | experiments | checks | " + " | ".join(results) + " |",
-             "|---|---|---|" + "---|" * len(results)]
+    lines = ["| claim | experiments | verdict | checks | " + " | ".join(results) + " |",
+             "|---|---|---|---|" + "---|" * len(results)]
     for claim in sorted(counts):
         c = counts[claim]
-        cells = [claim, EXPERIMENTS.get(claim, ""), str(sum(c.values()))] + [str(c[r]) for r in results]
+        cells = [claim, EXPERIMENTS.get(claim, ""), verdict(rows, claim), str(sum(c.values()))]
+        cells += [str(c[r]) for r in results]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
