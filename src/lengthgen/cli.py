@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from lengthgen.errors import UserError
 
@@ -42,6 +43,24 @@ def cmd_train(a) -> None:
 
     _require(a.cell, ("task", "scheme", "seed", "scheme_options", "model", "train", "device", "threads"), "--cell")
     train.train(a.cell, a.data, a.out_dir, a.checkpoint, code_digest=a.code_digest, log=_log)
+
+
+def cmd_train_stack(a) -> None:
+    from lengthgen import stacked, train
+
+    if not isinstance(a.cells, list) or not a.cells:
+        raise UserError("--cells: expected a JSON list of cells")
+    for cell in a.cells:
+        _require(cell, ("task", "scheme", "seed", "scheme_options", "model", "train", "device", "threads"), "--cells")
+    why = stacked.unstackable(a.cells[0])
+    if why is None:
+        stacked.train_stacked(a.cells, a.data, a.out_dirs, a.checkpoint, code_digest=a.code_digest, log=_log)
+        return
+    _log(f"training one model at a time: {why}")
+    checkpoint = Path(a.checkpoint)
+    for cell, out_dir in zip(a.cells, a.out_dirs, strict=True):
+        train.train(cell, a.data, out_dir, checkpoint.with_name(f"seed{cell['seed']}.pt"), code_digest=a.code_digest,
+                    log=_log)
 
 
 def cmd_sweep(a) -> None:
@@ -184,6 +203,14 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--checkpoint", required=True, help="resumable checkpoint (kept across reruns)")
     s.add_argument("--code-digest", default="")
     s.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("train-stack", help="train the seeds of one (task, scheme) as one stacked model")
+    s.add_argument("--cells", type=_json, required=True, help="the cells' config slices (JSON list, one per seed)")
+    s.add_argument("--data", required=True)
+    s.add_argument("--out-dirs", nargs="+", required=True, help="one output directory per cell, in order")
+    s.add_argument("--checkpoint", required=True, help="resumable checkpoint of the whole stack")
+    s.add_argument("--code-digest", default="")
+    s.set_defaults(func=cmd_train_stack)
 
     s = sub.add_parser("sweep", help="evaluate one trained cell at every test length")
     s.add_argument("--model", required=True)

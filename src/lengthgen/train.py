@@ -45,9 +45,10 @@ def batch_indices(step: int, n: int, batch: int, seed: int) -> torch.Tensor:
     return _epoch_order(n, seed, epoch)[j * batch : (j + 1) * batch]
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=64)
 def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
-    """One epoch's permutation, drawn once per epoch rather than once per step."""
+    """One epoch's permutation, drawn once per epoch rather than once per step (and per seed:
+    a stacked job steps several seeds in turn)."""
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
 
 

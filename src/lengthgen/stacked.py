@@ -1,0 +1,262 @@
+"""Stacked training: the seeds of one (task, scheme) cell trained as one batched model.
+
+A small model (E1's 2 x 64) spends most of a step on per-operation overhead, not arithmetic, so
+M models stepped together cost far less than M steps. The models' parameters are stacked along
+a leading model axis (`torch.func.stack_module_state`) and the same `Transformer` code runs
+under `torch.func.vmap`; one backward pass and one fused AdamW call update every model.
+
+Each model stays the model `train.train` would train alone, up to floating-point order: it is
+built from its own seed, reads its own batches (`training_batch` with its seed), packs them on
+its own, and stops on its own; a stopped model leaves the stack, so its parameters and optimizer
+state freeze. Every model's checkpoint, log and meta.json are written where, and as, the
+one-model path writes them.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.func import stack_module_state, vmap
+from torch.nn.utils.stateless import _reparametrize_module
+
+from lengthgen import device as devices
+from lengthgen import tasks
+from lengthgen.errors import TrainingDiverged, UserError
+from lengthgen.loop import AdamW, load_checkpoint, lr_at, save_checkpoint
+from lengthgen.model import param_count
+from lengthgen.train import (
+    COPY, _cell_id, _converged, _fingerprint, _write_outputs, answer_mask, build_model, load_training_data, pack,
+    pointer_scores, training_batch,
+)
+
+
+def blocks(seeds: list[int], size: int) -> list[list[int]]:
+    """Seeds in fixed blocks of `size`, in sorted order: adding larger seeds adds blocks and
+    leaves the full blocks before them as they were."""
+    ordered = sorted(seeds)
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+
+
+def unstackable(cell: dict) -> str | None:
+    """Why this cell's models cannot be trained stacked (None when they can)."""
+    if cell["model"].get("dropout", 0.0) > 0:
+        return "dropout draws one random mask for the whole stack, not each model's own"
+    return None
+
+
+def _same_but_seed(cells: list[dict]) -> None:
+    strip = [{k: v for k, v in c.items() if k != "seed"} for c in cells]
+    if any(s != strip[0] for s in strip[1:]):
+        raise UserError("--cells: a stacked job trains seeds of one (task, scheme) cell; the cells differ in more than the seed")
+    if len({c["seed"] for c in cells}) != len(cells):
+        raise UserError("--cells: a seed appears twice")
+
+
+class Stack:
+    """The active models' stacked parameters, their optimizer and their base module."""
+
+    def __init__(self, models: list, weight_decay: float):
+        params, self.buffers = stack_module_state(models)
+        self.names = list(params)
+        self.params = [params[n].detach().requires_grad_() for n in self.names]
+        self.opt = AdamW(self.params, lr=0.0, weight_decay=weight_decay, betas=(0.9, 0.98))
+        self.base = copy.deepcopy(models[0]).to("meta")  # the code; the weights come from the stack
+
+    def keep(self, rows: list[int]) -> None:
+        """Drop every model not in `rows` (positions in the stack): their state freezes."""
+        index = torch.tensor(rows, device=self.params[0].device)
+        state = self.opt.state_dict()
+        self.params = [p.detach()[index].clone().requires_grad_() for p in self.params]
+        self.buffers = {n: b[index] for n, b in self.buffers.items()}
+        lr, self.opt = state["lr"], AdamW(self.params, lr=state["lr"], weight_decay=self.opt.weight_decay,
+                                          betas=self.opt.betas)
+        self.opt.state = {i: {"step": s["step"], "exp_avg": s["exp_avg"][index], "exp_avg_sq": s["exp_avg_sq"][index]}
+                          for i, s in state["state"].items()}
+
+    def state_of(self, row: int) -> dict:
+        """One model's state dict (parameters and buffers) at its position in the stack."""
+        return {**{n: p.detach()[row].clone() for n, p in zip(self.names, self.params, strict=True)},
+                **{n: b[row].clone() for n, b in self.buffers.items()}}
+
+
+def stacked_inputs(batches: list[dict], dev, copy_: bool) -> dict:
+    """The models' batches as (M, ...) tensors of one shape: each batch packed on its own (as
+    `packed_features` packs it), every model's rows padded to the most any model needs."""
+    t = max(int(b["seq_len"].max()) for b in batches)
+    per = [_packed_one(b, t, copy_) for b in batches]
+    rows = max(p["tokens"].shape[0] for p in per)
+    for p in per:
+        extra = rows - p["tokens"].shape[0]
+        for key, fill in (("tokens", 0), ("ids", 0), ("segments", -1)):
+            p[key] = torch.cat([p[key], p[key].new_full((extra, t - 1), fill)])
+    return {k: torch.stack([p[k] for p in per]).to(dev) for k in per[0]}
+
+
+def _packed_one(batch: dict, t: int, copy_: bool) -> dict:
+    """One batch's packed rows (R, t-1), the index of each state in them, and its targets."""
+    tokens, ids = batch["tokens"][:, :t], batch["ids"][:, :t]
+    b, w = tokens.shape[0], t - 1
+    lengths = (batch["seq_len"] - 1).clamp(1, w)
+    row, offset = pack(lengths.tolist(), w)
+    real = torch.arange(w)[None, :] < (batch["seq_len"] - 1)[:, None]
+    where = torch.tensor(row)[:, None] * w + torch.tensor(offset)[:, None]
+    where = (where + torch.arange(w)[None, :]).masked_fill(~real, 0)
+    size = (max(row) + 1) * w
+
+    def packed(values: torch.Tensor, fill: int) -> torch.Tensor:
+        out = values.new_full((size,), fill)
+        out[where[real]] = values[real]
+        return out.view(-1, w)
+
+    mask = answer_mask(batch["seq_len"], batch["answer_start"], w)
+    if "unscored" in batch:
+        mask &= ~batch["unscored"][:, 1:t]
+    targets = tokens[:, 1:]
+    if copy_:
+        targets = targets.masked_fill(batch["pointer"][:, 1:t] >= 0, COPY)
+    return {
+        "tokens": packed(tokens[:, :-1], 0), "ids": packed(ids[:, :-1], 0),
+        "segments": packed(torch.arange(b)[:, None].expand(b, w), -1), "where": where, "mask": mask,
+        "targets": targets, "all_ids": ids, "pointer": batch["pointer"][:, 1:t].masked_fill(~mask, -1),
+        "answer_start": batch["answer_start"],
+    }
+
+
+def _masked_ce(scores: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Mean cross entropy over the kept positions: `F.cross_entropy(scores[keep], targets[keep])`
+    without a boolean index, whose shape would differ per model (vmap needs one shape)."""
+    flat = scores.float().flatten(0, -2)
+    ce = F.cross_entropy(flat, targets.masked_fill(~keep, 0).flatten(), reduction="none")
+    return (ce * keep.flatten()).sum() / keep.sum()
+
+
+def model_loss(base, params: dict, inputs: dict, prompt: int, ppc_weight: float):
+    """One model's loss and per-example correctness on its packed batch (vmapped over models)."""
+    dev = inputs["tokens"].device
+    with _reparametrize_module(base, params), devices.autocast(dev):
+        h = base.features(inputs["tokens"], inputs["ids"], segments=inputs["segments"])
+        h = h.flatten(0, 1)[inputs["where"]]  # (B, T, C): each example's states, unpacked
+        logits = base.head(h)
+        mask, targets = inputs["mask"], inputs["targets"]
+        loss = _masked_ce(logits, targets, mask)
+        wrong = ((logits.argmax(-1) != targets) & mask).any(dim=1)
+        if base.cfg.position_head != "none":
+            fed, pointer, ids = inputs["pointer"] >= 0, inputs["pointer"], inputs["all_ids"]
+            if base.cfg.position_head == "pointer":
+                scores = pointer_scores(base, h, ids[:, :-1], h[:, :prompt], ids[:, :prompt], inputs["answer_start"])
+                target = pointer
+            else:
+                scores, target = base.id_head(h).float(), ids[:, 1:]
+            loss = loss + ppc_weight * _masked_ce(scores, target, fed)
+            wrong = wrong | ((scores.argmax(-1) != target) & fed).any(dim=1)
+    return loss, ~wrong
+
+
+def clip_per_model(grads: list[torch.Tensor], max_norm: float) -> None:
+    """`clip_grad_norm_` for each model of the stack on its own (leading axis: the model)."""
+    norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads]).norm(dim=0)  # (M,)
+    coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
+
+
+def stacked_step(stack: Stack, batches: list[dict], lr: float, grad_clip: float, dev, opts: dict):
+    """One AdamW step of every model in the stack; their losses and batch accuracies (lists)."""
+    inputs = stacked_inputs(batches, dev, opts["copy"])
+    prompt = max(int(b["answer_start"].max()) for b in batches)
+    stack.opt.param_groups[0]["lr"] = lr
+
+    def one(params, buffers, inp):
+        return model_loss(stack.base, {**params, **buffers}, inp, prompt, opts["ppc_weight"])
+
+    params = dict(zip(stack.names, stack.params, strict=True))
+    losses, correct = vmap(one)(params, stack.buffers, inputs)
+    values = losses.tolist()
+    if all(math.isfinite(v) for v in values):
+        stack.opt.zero_grad(set_to_none=True)
+        losses.sum().backward()  # each model's parameters see only their own loss
+        if grad_clip:
+            clip_per_model([p.grad for p in stack.params], grad_clip)
+        stack.opt.step()
+    return values, correct.float().mean(dim=1).tolist()
+
+
+def train_stacked(cells: list[dict], data_path, out_dirs: list, checkpoint_path, code_digest: str = "",
+                  log=print) -> list[dict]:
+    """Train the cells (seeds of one (task, scheme)) as one stack; write each model's outputs
+    into its own directory of `out_dirs`, as `train.train` does."""
+    _same_but_seed(cells)
+    if len(out_dirs) != len(cells):
+        raise UserError(f"--out-dirs: {len(out_dirs)} directories for {len(cells)} cells")
+    first, cfg = cells[0], cells[0]["train"]
+    dev = devices.resolve(first["device"], first["threads"])
+    data, meta = load_training_data(data_path, first)
+    opts = first["scheme_options"]
+    gaps = tasks.get(meta["kind"]).gap_after(opts["positions"] == "coupled")
+    models = []
+    for cell in cells:
+        torch.manual_seed(cell["seed"])  # each model's own initialization, as trained alone
+        models.append(build_model(cell, len(meta["vocab"])).to(dev))
+    stack = Stack(models, cfg["weight_decay"])
+    fingerprint = _fingerprint(cells, data_path, code_digest)
+    checkpoint_path = Path(checkpoint_path)
+    n = len(cells)
+    step, active, streak, rows, done = 0, list(range(n)), [0] * n, [[] for _ in cells], {}
+    state = load_checkpoint(checkpoint_path, fingerprint, log)
+    if state:
+        step, active, streak, rows, done = (state[k] for k in ("step", "active", "streak", "rows", "done"))
+        stack.keep(active)
+        with torch.no_grad():
+            for p, saved in zip(stack.params, state["params"], strict=True):
+                p.copy_(saved)
+        stack.opt.load_state_dict(state["optimizer"])
+        log(f"{_block_id(cells)}: resumed from step {step}")
+    log(f"{_block_id(cells)}: {n} models of {param_count(models[0]):,} parameters on {devices.describe(dev)}, "
+        f"{len(data['tokens']):,} examples")
+    patience, started = cfg["early_stop"]["patience"], time.perf_counter()
+    while active and step < cfg["max_steps"]:
+        batches = [training_batch(data, step, cells[i], gaps) for i in active]
+        lr = lr_at(step, cfg)
+        losses, accs = stacked_step(stack, batches, lr, cfg["grad_clip"], dev, opts)
+        for i, loss, acc in zip(active, losses, accs, strict=True):
+            if not math.isfinite(loss):
+                raise TrainingDiverged(f"{_cell_id(cells[i])}: loss is {loss} at step {step}; lower train.lr or check the data")
+            streak[i] = streak[i] + 1 if _converged(loss, acc, cfg["early_stop"]) else 0
+            rows[i].append((step, loss, acc, lr))
+        step += 1
+        stopped = [i for i in active if patience and streak[i] >= patience]
+        for i in stopped:
+            done[i] = stack.state_of(active.index(i))
+            log(f"{_cell_id(cells[i])}: stopped at step {step} (converged)")
+        if stopped:
+            still = [i for i in active if i not in stopped]
+            if still:
+                stack.keep([active.index(i) for i in still])
+            active = still
+        if step % cfg["log_every"] == 0:
+            log(f"{_block_id(cells)}: step {step}/{cfg['max_steps']}, {len(active)} of {n} models training")
+        if step % cfg["checkpoint_every"] == 0:
+            save_checkpoint(checkpoint_path, fingerprint=fingerprint, params=[p.detach() for p in stack.params],
+                            optimizer=stack.opt.state_dict(), step=step, active=active, streak=streak, rows=rows,
+                            done=done)
+    for k, i in enumerate(active):
+        done[i] = stack.state_of(k)
+    log(f"{_block_id(cells)}: finished at step {step} after {time.perf_counter() - started:.1f} s")
+    summaries = []
+    for i, cell in enumerate(cells):
+        model = models[i]
+        model.load_state_dict({k: done[i][k] for k in model.state_dict()})
+        stopped = "converged" if patience and streak[i] >= patience else "max_steps"
+        summaries.append(_write_outputs(model, cell, meta, rows[i], Path(out_dirs[i]), dev, code_digest, stopped))
+    checkpoint_path.unlink(missing_ok=True)
+    return summaries
+
+
+def _block_id(cells: list[dict]) -> str:
+    c = cells[0]
+    return f"{c['task']}/{c['scheme']}/seeds{'-'.join(str(x['seed']) for x in cells)}"

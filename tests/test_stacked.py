@@ -1,0 +1,141 @@
+"""Stacked training: a seed trained beside other seeds follows the trajectory it follows alone
+(up to floating-point order), stops at the same step, writes the same files, and a stacked job
+killed with SIGKILL resumes exactly."""
+
+import copy
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import torch
+from conftest import make_cell
+
+from lengthgen import datasets
+from lengthgen.config import fill_defaults
+from lengthgen.fileio import canonical_json
+from lengthgen.stacked import blocks, train_stacked
+from lengthgen.train import train
+
+TASKS = {
+    "parity": {"name": "parity", "kind": "sparse_parity", "train_examples": 800,
+               "params": {"k": 1, "k_mode": "fixed", "n_min": 3, "n_max": 8, "locality": None}},
+    "scratchpad": {"name": "scratchpad", "kind": "scratchpad_parity", "train_examples": 400,
+                   "params": {"n_min": 2, "n_max": 8}},
+    "assignment": {"name": "assignment", "kind": "variable_assignment", "train_examples": 400,
+                   "params": {"n_min": 2, "n_max": 4, "depth_min": 1, "depth_max": 2, "distractor_depth_max": 2,
+                              "variables": 8, "answer_format": "chain"}},
+}
+GAPS = {"fraction": 0.5, "max_cuts": 1}
+CASES = {  # name: task, encoding, further scheme options
+    "nope": ("parity", "none", {}),
+    "ape": ("parity", "ape", {}),
+    "alibi": ("parity", "alibi", {}),
+    "rope-gaps": ("scratchpad", "rope", {"gaps": GAPS}),
+    "ppc": ("scratchpad", "rope", {"positions": "coupled", "position_head": "pointer", "gaps": GAPS}),
+    "ppc-copy": ("assignment", "rope", {"positions": "coupled", "position_head": "pointer", "copy": True,
+                                        "pointer_offset": 2, "pointer_rope": False}),
+    "classifier": ("scratchpad", "rope", {"positions": "coupled", "position_head": "classifier"}),
+}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, schema):
+    root = tmp_path_factory.mktemp("data")
+    paths = {}
+    for name, task in TASKS.items():
+        task = copy.deepcopy(task)
+        fill_defaults(task["params"], schema["$defs"][f"{task['kind']}_params"], schema)
+        paths[name] = root / f"{name}.parquet"
+        datasets.generate({**task, "split": "train", "seed": 5}, "train", 5, paths[name])
+    return paths
+
+
+def _cell(case, seed, **train):
+    task, encoding, options = CASES[case]
+    return make_cell(task=task, scheme=case, seed=seed, encoding=encoding, options=options,
+                     model={"max_position": 64}, **{"batch_size": 16, "max_steps": 50, "warmup_steps": 5, **train})
+
+
+def _log(out):
+    return pd.read_parquet(out / "train_log.parquet")
+
+
+def test_seed_blocks_are_fixed_size_in_sorted_order():
+    assert blocks([5, 0, 7, 1, 2, 3, 4, 6], 4) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert blocks([0, 1, 2, 3, 4, 5, 6, 7, 8], 4)[:2] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert blocks([2, 0, 1], 1) == [[0], [1], [2]]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_seed_stacked_trains_as_it_trains_alone(tmp_path, data, case):
+    alone = tmp_path / "alone"
+    train(_cell(case, 1), data[CASES[case][0]], alone, tmp_path / "a.pt", log=lambda *_: None)
+    cells = [_cell(case, s) for s in (0, 1, 2)]
+    outs = [tmp_path / f"stacked{s}" for s in (0, 1, 2)]
+    train_stacked(cells, data[CASES[case][0]], outs, tmp_path / "s.pt", log=lambda *_: None)
+    want, got = _log(alone), _log(outs[1])
+    assert len(got) == len(want) == 50
+    assert (got["loss"] - want["loss"]).abs().max() < 1e-5
+    assert (got["accuracy"] == want["accuracy"]).all()
+    assert not _log(outs[0])["loss"].equals(got["loss"])  # its neighbours are other models
+    a, s = (torch.load(d / "model.pt", weights_only=True) for d in (alone, outs[1]))
+    assert a.keys() == s.keys() and a["cell"] == s["cell"] and a["state_dict"].keys() == s["state_dict"].keys()
+    for k, v in a["state_dict"].items():  # Adam turns rounding of a near-zero gradient into up to lr a step
+        torch.testing.assert_close(s["state_dict"][k], v, atol=2e-3, rtol=1e-3)
+    assert (alone / "meta.json").read_text() == (outs[1] / "meta.json").read_text().replace(
+        str(s["final_loss"]), str(a["final_loss"])).replace(str(s["final_accuracy"]), str(a["final_accuracy"]))
+
+
+def test_each_model_stops_early_at_its_own_step_and_freezes(tmp_path, data):
+    stop = {"early_stop": {"accuracy": 1.0, "loss": None, "patience": 5}, "max_steps": 400, "lr": 3e-3}
+    steps = {}
+    for seed in (0, 1, 2, 3):
+        out = tmp_path / f"alone{seed}"
+        steps[seed] = train(_cell("alibi", seed, **stop), data["parity"], out, tmp_path / "a.pt", log=lambda *_: None)
+    assert all(s["stopped"] == "converged" for s in steps.values()) and len({s["steps"] for s in steps.values()}) > 1
+    outs = [tmp_path / f"stacked{s}" for s in range(4)]
+    got = train_stacked([_cell("alibi", s, **stop) for s in range(4)], data["parity"], outs, tmp_path / "s.pt",
+                        log=lambda *_: None)
+    for seed in range(4):
+        assert got[seed]["steps"] == steps[seed]["steps"] and got[seed]["stopped"] == "converged"
+        a = torch.load(tmp_path / f"alone{seed}" / "model.pt", weights_only=True)["state_dict"]
+        s = torch.load(outs[seed] / "model.pt", weights_only=True)["state_dict"]
+        for k, v in a.items():  # frozen at its own stop, not moved by the models still training
+            torch.testing.assert_close(s[k], v, atol=5e-3, rtol=1e-3)
+
+
+def _cmd(cells, data, outs, checkpoint):
+    return [sys.executable, "-m", "lengthgen", "train-stack", "--cells", canonical_json(cells), "--data", str(data),
+            "--out-dirs", *map(str, outs), "--checkpoint", str(checkpoint), "--code-digest", "test"]
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_stacked_job_then_resume_matches_uninterrupted(tmp_path, data, repo):
+    env = {**os.environ, "PYTHONPATH": str(repo / "src")}
+    stop = {"early_stop": {"accuracy": 1.0, "loss": None, "patience": 5}, "max_steps": 600, "lr": 3e-3,
+            "checkpoint_every": 10}
+    cells = [_cell("alibi", s, **stop) for s in range(3)]
+    clean = [tmp_path / f"clean{s}" for s in range(3)]
+    subprocess.run(_cmd(cells, data["parity"], clean, tmp_path / "c.pt"), check=True, env=env, capture_output=True)
+    outs, checkpoint = [tmp_path / f"killed{s}" for s in range(3)], tmp_path / "k.pt"
+    proc = subprocess.Popen(_cmd(cells, data["parity"], outs, checkpoint), env=env, stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True)
+    for line in proc.stderr:  # kill once the first model has stopped and a checkpoint holds that
+        if "stopped at step" in line:
+            while not checkpoint.exists():
+                time.sleep(0.01)
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and checkpoint.exists() and not (outs[0] / "model.pt").exists()
+    resumed = subprocess.run(_cmd(cells, data["parity"], outs, checkpoint), check=True, env=env, capture_output=True,
+                             text=True)
+    assert "resumed from step" in resumed.stderr
+    for a, b in zip(clean, outs, strict=True):
+        pd.testing.assert_frame_equal(_log(a), _log(b))
+        sa, sb = (torch.load(d / "model.pt", weights_only=True)["state_dict"] for d in (a, b))
+        assert all(torch.equal(sa[k], sb[k]) for k in sa)
