@@ -30,8 +30,17 @@ from lengthgen.errors import TrainingDiverged, UserError
 from lengthgen.loop import AdamW, load_checkpoint, lr_at, save_checkpoint
 from lengthgen.model import param_count
 from lengthgen.train import (
-    COPY, _cell_id, _converged, _fingerprint, _write_outputs, answer_mask, build_model, load_training_data, pack,
-    pointer_scores, training_batch,
+    COPY,
+    _cell_id,
+    _converged,
+    _fingerprint,
+    _write_outputs,
+    answer_mask,
+    build_model,
+    load_training_data,
+    pack,
+    pointer_scores,
+    training_batch,
 )
 
 
@@ -52,7 +61,7 @@ def unstackable(cell: dict) -> str | None:
 def _same_but_seed(cells: list[dict]) -> None:
     strip = [{k: v for k, v in c.items() if k != "seed"} for c in cells]
     if any(s != strip[0] for s in strip[1:]):
-        raise UserError("--cells: a stacked job trains seeds of one (task, scheme) cell; the cells differ in more than the seed")
+        raise UserError("--cells: a stacked job trains the seeds of one (task, scheme); these cells differ in more")
     if len({c["seed"] for c in cells}) != len(cells):
         raise UserError("--cells: a seed appears twice")
 
@@ -73,8 +82,7 @@ class Stack:
         state = self.opt.state_dict()
         self.params = [p.detach()[index].clone().requires_grad_() for p in self.params]
         self.buffers = {n: b[index] for n, b in self.buffers.items()}
-        lr, self.opt = state["lr"], AdamW(self.params, lr=state["lr"], weight_decay=self.opt.weight_decay,
-                                          betas=self.opt.betas)
+        self.opt = AdamW(self.params, lr=state["lr"], weight_decay=self.opt.weight_decay, betas=self.opt.betas)
         self.opt.state = {i: {"step": s["step"], "exp_avg": s["exp_avg"][index], "exp_avg_sq": s["exp_avg_sq"][index]}
                           for i, s in state["state"].items()}
 
@@ -225,7 +233,8 @@ def train_stacked(cells: list[dict], data_path, out_dirs: list, checkpoint_path,
         losses, accs = stacked_step(stack, batches, lr, cfg["grad_clip"], dev, opts)
         for i, loss, acc in zip(active, losses, accs, strict=True):
             if not math.isfinite(loss):
-                raise TrainingDiverged(f"{_cell_id(cells[i])}: loss is {loss} at step {step}; lower train.lr or check the data")
+                raise TrainingDiverged(
+                    f"{_cell_id(cells[i])}: loss is {loss} at step {step}; lower train.lr or check the data")
             streak[i] = streak[i] + 1 if _converged(loss, acc, cfg["early_stop"]) else 0
             rows[i].append((step, loss, acc, lr))
         step += 1

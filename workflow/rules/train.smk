@@ -1,28 +1,80 @@
-# Training: one job per (task, scheme, seed) cell. The resumable checkpoint lives outside
-# the declared outputs (Snakemake deletes those before a rerun) and is removed on success.
+# Training: one job per (task, scheme, seed) cell, or with `stack` > 1 one job per fixed block
+# of seeds of a (task, scheme), trained as one stacked model and writing every seed's files.
+# The resumable checkpoint lives outside the declared outputs (Snakemake deletes those before a
+# rerun) and is removed on success.
+
+import re
+import shlex
+
+from lengthgen.stacked import blocks as seed_blocks
 
 
-rule train:
-    input:
-        "results/data/{task}/train.parquet",
-    output:
-        model="results/runs/{task}/{scheme}/seed{seed}/model.pt",
-        train_log="results/runs/{task}/{scheme}/seed{seed}/train_log.parquet",
-        meta="results/runs/{task}/{scheme}/seed{seed}/meta.json",
-    log:
-        "results/logs/train/{task}/{scheme}/seed{seed}.log",
-    benchmark:
-        "results/benchmarks/train/{task}/{scheme}/seed{seed}.tsv"
-    conda:
-        ENV
-    threads: CONFIG["threads"]
-    resources:
-        gpu=GPU,
-    params:
-        cell=lambda w: as_json(lgconfig.cell_slice(CONFIG, w.task, w.scheme, int(w.seed))),
-        checkpoint="results/checkpoints/{task}/{scheme}/seed{seed}/last.pt",
-        out_dir=subpath(output.model, parent=True),
-        code=CODE["train"],
-    shell:
-        "python -m lengthgen train --cell {params.cell:q} --data {input:q} --out-dir {params.out_dir:q}"
-        " --checkpoint {params.checkpoint:q} --code-digest {params.code} 2> {log:q}"
+if CONFIG["stack"] == 1:
+
+    rule train:
+        input:
+            "results/data/{task}/train.parquet",
+        output:
+            model="results/runs/{task}/{scheme}/seed{seed}/model.pt",
+            train_log="results/runs/{task}/{scheme}/seed{seed}/train_log.parquet",
+            meta="results/runs/{task}/{scheme}/seed{seed}/meta.json",
+        log:
+            "results/logs/train/{task}/{scheme}/seed{seed}.log",
+        benchmark:
+            "results/benchmarks/train/{task}/{scheme}/seed{seed}.tsv"
+        conda:
+            ENV
+        threads: CONFIG["threads"]
+        resources:
+            gpu=GPU,
+        params:
+            cell=lambda w: as_json(lgconfig.cell_slice(CONFIG, w.task, w.scheme, int(w.seed))),
+            checkpoint="results/checkpoints/{task}/{scheme}/seed{seed}/last.pt",
+            out_dir=subpath(output.model, parent=True),
+            code=CODE["train"],
+        shell:
+            "python -m lengthgen train --cell {params.cell:q} --data {input:q} --out-dir {params.out_dir:q}"
+            " --checkpoint {params.checkpoint:q} --code-digest {params.code} 2> {log:q}"
+
+else:
+    # One rule per seed block (its seeds are in its output paths, so not a wildcard), limited to
+    # the tasks whose seeds form that block. A block's params are its own cells only: adding
+    # seeds adds blocks and leaves full blocks cached.
+    _TASKS_OF_BLOCK = {}
+    for _task in CONFIG["tasks"]:
+        for _block in seed_blocks(_task["seeds"], CONFIG["stack"]):
+            _TASKS_OF_BLOCK.setdefault(tuple(_block), []).append(_task["name"])
+
+    for _block, _tasks in _TASKS_OF_BLOCK.items():
+        _seeds = "-".join(map(str, _block))
+
+        rule:
+            name:
+                f"train_seeds_{_seeds.replace('-', '_')}"
+            wildcard_constraints:
+                task="|".join(re.escape(t) for t in _tasks),
+            input:
+                "results/data/{task}/train.parquet",
+            output:
+                models=[f"results/runs/{{task}}/{{scheme}}/seed{s}/model.pt" for s in _block],
+                train_logs=[f"results/runs/{{task}}/{{scheme}}/seed{s}/train_log.parquet" for s in _block],
+                metas=[f"results/runs/{{task}}/{{scheme}}/seed{s}/meta.json" for s in _block],
+            log:
+                f"results/logs/train/{{task}}/{{scheme}}/seeds{_seeds}.log",
+            benchmark:
+                f"results/benchmarks/train/{{task}}/{{scheme}}/seeds{_seeds}.tsv"
+            conda:
+                ENV
+            threads: CONFIG["threads"]
+            resources:
+                gpu=GPU,
+            params:
+                cells=lambda w, block=_block: as_json(
+                    [lgconfig.cell_slice(CONFIG, w.task, w.scheme, s) for s in block]
+                ),
+                checkpoint=f"results/checkpoints/{{task}}/{{scheme}}/seeds{_seeds}/last.pt",
+                out_dirs=lambda w, output: " ".join(shlex.quote(str(Path(m).parent)) for m in output.models),
+                code=stage_digest("lengthgen.stacked"),
+            shell:
+                "python -m lengthgen train-stack --cells {params.cells:q} --data {input:q}"
+                " --out-dirs {params.out_dirs} --checkpoint {params.checkpoint:q} --code-digest {params.code} 2> {log:q}"
