@@ -25,10 +25,11 @@ from torch.func import stack_module_state, vmap
 from torch.nn.utils.stateless import _reparametrize_module
 
 from lengthgen import device as devices
-from lengthgen import tasks
+from lengthgen import stacked_model, tasks
 from lengthgen.errors import TrainingDiverged, UserError
 from lengthgen.loop import AdamW, load_checkpoint, lr_at, save_checkpoint
 from lengthgen.model import param_count
+from lengthgen.stacked_model import embed
 from lengthgen.train import (
     COPY,
     _cell_id,
@@ -136,32 +137,73 @@ def _packed_one(batch: dict, t: int, copy_: bool) -> dict:
 
 
 def _masked_ce(scores: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """Mean cross entropy over the kept positions: `F.cross_entropy(scores[keep], targets[keep])`
-    without a boolean index, whose shape would differ per model (vmap needs one shape)."""
+    """Each model's mean cross entropy over its kept positions (scores (M, ..., K), targets and
+    `keep` (M, ...)): `F.cross_entropy(scores[keep], targets[keep])` per model, without a
+    boolean index, whose shape would differ per model."""
+    m = scores.shape[0]
     flat = scores.float().flatten(0, -2)
-    ce = F.cross_entropy(flat, targets.masked_fill(~keep, 0).flatten(), reduction="none")
-    return (ce * keep.flatten()).sum() / keep.sum()
+    ce = F.cross_entropy(flat, targets.masked_fill(~keep, 0).flatten(), reduction="none").view(m, -1)
+    keep = keep.reshape(m, -1)
+    return (ce * keep).sum(dim=1) / keep.sum(dim=1)
 
 
-def model_loss(base, params: dict, inputs: dict, prompt: int, ppc_weight: float):
-    """One model's loss and per-example correctness on its packed batch (vmapped over models)."""
+def batched_loss(stack: Stack, inputs: dict, prompt: int, ppc_weight: float):
+    """Every model's loss (M,) and per-example correctness (M, B), by `stacked_model` (bmm)."""
+    cfg, p = stack.base.cfg, dict(zip(stack.names, stack.params, strict=True))
+    mask, targets, where = inputs["mask"], inputs["targets"], inputs["where"]
+    m = mask.shape[0]
+    with devices.autocast(mask.device):
+        h = stacked_model.features(cfg, p, inputs["tokens"], inputs["ids"], inputs["segments"])
+        h = embed(h.flatten(1, 2), where)  # (M, B, T, C): each example's states, unpacked
+        logits = stacked_model.linear(p, "head", h)
+    loss = _masked_ce(logits, targets, mask)
+    wrong = ((logits.argmax(-1) != targets) & mask).any(dim=-1)
+    if cfg.position_head != "none":
+        fed, ids = inputs["pointer"] >= 0, inputs["all_ids"]
+        if cfg.position_head == "pointer":
+            with devices.autocast(mask.device):
+                scores = stacked_model.pointer_logits(cfg, p, h, ids[:, :, :-1], h[:, :, :prompt], ids[:, :, :prompt])
+            outside = torch.arange(prompt, device=mask.device) >= inputs["answer_start"].flatten()[:, None]
+            scores = scores.float().masked_fill(outside[:, None, :], float("-inf")).unflatten(0, (m, -1))
+            target = inputs["pointer"]
+        else:
+            scores, target = stacked_model.linear(p, "id_head", h).float(), ids[:, :, 1:]
+        loss = loss + ppc_weight * _masked_ce(scores, target, fed)
+        wrong = wrong | ((scores.argmax(-1) != target) & fed).any(dim=-1)
+    return loss, ~wrong
+
+
+def vmapped_loss(stack: Stack, inputs: dict, prompt: int, ppc_weight: float):
+    """`batched_loss` by `torch.func.vmap` of the one-model Transformer over the stacked
+    parameters: the other mechanism, kept for the benchmark that compares the two."""
+    params = dict(zip(stack.names, stack.params, strict=True))
+
+    def one(params, buffers, inp):
+        return _one_model_loss(stack.base, {**params, **buffers}, inp, prompt, ppc_weight)
+
+    losses, correct = vmap(one)(params, stack.buffers, inputs)
+    return losses, correct
+
+
+def _one_model_loss(base, params: dict, inputs: dict, prompt: int, ppc_weight: float):
+    """One model's loss and per-example correctness on its packed batch (under vmap)."""
     dev = inputs["tokens"].device
     with _reparametrize_module(base, params), devices.autocast(dev):
         h = base.features(inputs["tokens"], inputs["ids"], segments=inputs["segments"])
         h = h.flatten(0, 1)[inputs["where"]]  # (B, T, C): each example's states, unpacked
         logits = base.head(h)
-        mask, targets = inputs["mask"], inputs["targets"]
-        loss = _masked_ce(logits, targets, mask)
-        wrong = ((logits.argmax(-1) != targets) & mask).any(dim=1)
-        if base.cfg.position_head != "none":
-            fed, pointer, ids = inputs["pointer"] >= 0, inputs["pointer"], inputs["all_ids"]
-            if base.cfg.position_head == "pointer":
-                scores = pointer_scores(base, h, ids[:, :-1], h[:, :prompt], ids[:, :prompt], inputs["answer_start"])
-                target = pointer
-            else:
-                scores, target = base.id_head(h).float(), ids[:, 1:]
-            loss = loss + ppc_weight * _masked_ce(scores, target, fed)
-            wrong = wrong | ((scores.argmax(-1) != target) & fed).any(dim=1)
+    mask, targets = inputs["mask"], inputs["targets"]
+    loss = _masked_ce(logits[None], targets[None], mask[None])[0]
+    wrong = ((logits.argmax(-1) != targets) & mask).any(dim=1)
+    if base.cfg.position_head != "none":
+        fed, pointer, ids = inputs["pointer"] >= 0, inputs["pointer"], inputs["all_ids"]
+        if base.cfg.position_head == "pointer":
+            scores = pointer_scores(base, h, ids[:, :-1], h[:, :prompt], ids[:, :prompt], inputs["answer_start"])
+            target = pointer
+        else:
+            scores, target = base.id_head(h).float(), ids[:, 1:]
+        loss = loss + ppc_weight * _masked_ce(scores[None], target[None], fed[None])[0]
+        wrong = wrong | ((scores.argmax(-1) != target) & fed).any(dim=1)
     return loss, ~wrong
 
 
@@ -173,17 +215,13 @@ def clip_per_model(grads: list[torch.Tensor], max_norm: float) -> None:
         g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
 
 
-def stacked_step(stack: Stack, batches: list[dict], lr: float, grad_clip: float, dev, opts: dict):
+def stacked_step(stack: Stack, batches: list[dict], lr: float, grad_clip: float, dev, opts: dict,
+                 loss_fn=batched_loss):
     """One AdamW step of every model in the stack; their losses and batch accuracies (lists)."""
     inputs = stacked_inputs(batches, dev, opts["copy"])
     prompt = max(int(b["answer_start"].max()) for b in batches)
     stack.opt.param_groups[0]["lr"] = lr
-
-    def one(params, buffers, inp):
-        return model_loss(stack.base, {**params, **buffers}, inp, prompt, opts["ppc_weight"])
-
-    params = dict(zip(stack.names, stack.params, strict=True))
-    losses, correct = vmap(one)(params, stack.buffers, inputs)
+    losses, correct = loss_fn(stack, inputs, prompt, opts["ppc_weight"])
     values = losses.tolist()
     if all(math.isfinite(v) for v in values):
         stack.opt.zero_grad(set_to_none=True)
