@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import BENCH, RESULTS, Options, load_average, machine, write_csv  # noqa: E402
 
-ORDER = ["matmul_ceiling", "train_throughput", "profile_step", "lm_memory", "cpu_bf16", "stages", "workflow_overhead",
+ORDER = ["matmul_ceiling", "train_throughput", "stacked_training", "profile_step", "lm_memory", "cpu_bf16", "stages",
+         "workflow_overhead",
          "job_start"]
 
 

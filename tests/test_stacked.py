@@ -162,3 +162,22 @@ def test_adding_seeds_adds_blocks_and_leaves_trained_blocks_cached(tmp_path):
     assert _train_jobs(tmp_path, [0, 1], 2, "-n") == []
     assert _train_jobs(tmp_path, [0, 1, 2, 3, 4], 2, "-n") == ["train_seeds_2_3", "train_seeds_4"]
     assert _train_jobs(tmp_path, [1, 0, 2, 3], 2, "-n") == ["train_seeds_2_3"]
+
+
+@pytest.mark.parametrize("case", ["alibi", "ppc", "classifier"])
+def test_the_vmap_mechanism_computes_what_the_batched_one_does(data, case):
+    """The benchmark compares two mechanisms; they must compute the same step."""
+    from lengthgen import stacked, tasks
+    from lengthgen.train import build_model, load_training_data, training_batch
+
+    cells = [_cell(case, s) for s in (0, 1, 2)]
+    train_data, meta = load_training_data(data[CASES[case][0]], cells[0])
+    gaps = tasks.get(meta["kind"]).gap_after(cells[0]["scheme_options"]["positions"] == "coupled")
+    batches = [training_batch(train_data, 3, c, gaps) for c in cells]
+    inputs = stacked.stacked_inputs(batches, torch.device("cpu"), cells[0]["scheme_options"]["copy"])
+    prompt = max(int(b["answer_start"].max()) for b in batches)
+    stack = stacked.Stack([build_model(c, len(meta["vocab"])) for c in cells], 0.01)
+    loss_b, right_b = stacked.batched_loss(stack, inputs, prompt, 1.0)
+    loss_v, right_v = stacked.vmapped_loss(stack, inputs, prompt, 1.0)
+    torch.testing.assert_close(loss_v, loss_b, atol=1e-5, rtol=1e-5)
+    assert torch.equal(right_v, right_b) and loss_b.shape == (3,)

@@ -187,8 +187,12 @@ def vmapped_loss(stack: Stack, inputs: dict, prompt: int, ppc_weight: float):
 
 def _one_model_loss(base, params: dict, inputs: dict, prompt: int, ppc_weight: float):
     """One model's loss and per-example correctness on its packed batch (under vmap)."""
-    dev = inputs["tokens"].device
-    with _reparametrize_module(base, params), devices.autocast(dev):
+    with _reparametrize_module(base, params):
+        return _one_model_loss_of(base, inputs, prompt, ppc_weight)
+
+
+def _one_model_loss_of(base, inputs: dict, prompt: int, ppc_weight: float):
+    with devices.autocast(inputs["tokens"].device):
         h = base.features(inputs["tokens"], inputs["ids"], segments=inputs["segments"])
         h = h.flatten(0, 1)[inputs["where"]]  # (B, T, C): each example's states, unpacked
         logits = base.head(h)

@@ -1,0 +1,152 @@
+"""Stacked training against one model at a time: the pipeline's real training steps (data order,
+packing, position IDs, loss, clipping, fused AdamW) of M seeds of one (task, scheme).
+
+Three ways to step M models, runs alternating in one process, each run a few steps of all M:
+  alone  M separate one-model steps (`train.optimizer_step`), as M training jobs would take them
+  bmm    one step of the stack with a leading model axis (`stacked.batched_loss`; the pipeline's)
+  vmap   one step of the stack by torch.func.vmap of the one-model Transformer (`stacked.vmapped_loss`)
+A stacked model follows the steps it takes alone (tests/test_stacked.py), so models trained to
+early stop per minute scale as model-steps per second: the ratios below are those ratios, leaving
+out the start of a job (paid once per block instead of once per model: job_start). Utilization:
+6 N + 6 n_layer T d FLOPs per real token (T: the batch's mean length; padding not counted) over
+the fp32 matmul ceiling (matmul_ceiling). On CUDA, when present, the same under bf16 autocast.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import torch
+from common import ROOT, Options, Section, alternate, md_table, median, set_threads, timed
+
+NAME = "stacked_training"
+TITLE = "Stacked training: M seeds as one batched model vs one at a time"
+
+MODEL = {"n_layer": 2, "d_model": 64, "n_head": 4, "d_ff": 256, "dropout": 0.0}
+SIZES = {  # config.yaml's E1 and E2 settings (E1 at k = 2, E2's ppc scheme)
+    "e1": ("sparse_parity", {"k": 2, "k_mode": "fixed", "n_min": 3, "n_max": 12}, {"encoding": "rope"},
+           {**MODEL, "max_position": 1024}),
+    "e2": ("scratchpad_parity", {"n_min": 2, "n_max": 16},
+           {"encoding": "rope", "positions": "coupled", "position_head": "pointer",
+            "gaps": {"fraction": 0.5, "max_cuts": 1}},
+           {**MODEL, "max_position": 256}),
+}
+
+
+def _cells(size: str, m: int, device: str, path) -> tuple[list[dict], dict]:
+    import copy
+
+    from lengthgen import config as lgconfig
+    from lengthgen import datasets
+
+    schema = lgconfig.load_yaml(ROOT / "workflow/schemas/config.schema.yaml")
+    kind, params, options, model = copy.deepcopy(SIZES[size])
+    lgconfig.fill_defaults(params, schema["$defs"][f"{kind}_params"], schema)
+    lgconfig.fill_defaults(options, schema["$defs"]["scheme"], schema)
+    train = {"batch_size": 64}
+    lgconfig.fill_defaults(train, schema["$defs"]["train"], schema)
+    datasets.generate({"name": size, "kind": kind, "train_examples": 4000, "params": params}, "train", 1, path)
+    cells = [{"task": size, "scheme": "bench", "seed": s, "scheme_options": options, "model": model, "train": train,
+              "device": device, "threads": 1} for s in range(m)]
+    return cells, model
+
+
+def _steppers(size: str, m: int, dev: torch.device, steps: int, tmp) -> tuple[dict, float]:
+    """A run per way of stepping (seconds per step of all M models), and real tokens per model-step."""
+    from lengthgen import stacked, tasks
+    from lengthgen.loop import adamw
+    from lengthgen.train import build_model, load_training_data, optimizer_step, training_batch
+
+    cells, _ = _cells(size, m, dev.type, f"{tmp}/{size}.parquet")
+    data, meta = load_training_data(f"{tmp}/{size}.parquet", cells[0])
+    opts = cells[0]["scheme_options"]
+    gaps = tasks.get(meta["kind"]).gap_after(opts["positions"] == "coupled")
+    vocab = len(meta["vocab"])
+    models = [build_model(c, vocab).to(dev) for c in cells]
+    optims = [adamw(model, c["train"]) for model, c in zip(models, cells, strict=True)]
+    stacks = {way: stacked.Stack([build_model(c, vocab).to(dev) for c in cells], 0.01) for way in ("bmm", "vmap")}
+    loss_fns = {"bmm": stacked.batched_loss, "vmap": stacked.vmapped_loss}
+    clock = {"step": 0}
+
+    def alone() -> None:
+        for model, opt, cell in zip(models, optims, cells, strict=True):
+            batch = training_batch(data, clock["step"], cell, gaps)
+            optimizer_step(model, opt, batch, 1e-3, 1.0, dev, opts["ppc_weight"], opts["copy"])
+
+    def stack(way: str) -> None:
+        batches = [training_batch(data, clock["step"], cell, gaps) for cell in cells]
+        stacked.stacked_step(stacks[way], batches, 1e-3, 1.0, dev, opts, loss_fn=loss_fns[way])
+
+    def run(fn):
+        def timed_run() -> float:
+            clock["step"] += 1  # each run on fresh batches
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            seconds = timed(fn, steps)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            return seconds / steps
+        return timed_run
+
+    runs = {"alone": run(alone), "bmm": run(lambda: stack("bmm")), "vmap": run(lambda: stack("vmap"))}
+    tokens = float(sum((training_batch(data, s, cells[0], gaps)["seq_len"] - 1).sum() for s in range(20))) / 20
+    return runs, tokens
+
+
+def _flop_per_token(size: str, mean_len: float) -> float:
+    _, _, _, model = SIZES[size]
+    d, f, n_layer = model["d_model"], model["d_ff"], model["n_layer"]
+    n = n_layer * (4 * d * d + 2 * d * f)  # attention and MLP matrices; the heads are tiny here
+    return 6 * n + 6 * n_layer * mean_len * d
+
+
+def measure(dev: torch.device, m: int, rounds: int, steps: int, ceiling: float | None) -> list[dict]:
+    import warnings
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # vmap's note that SDPA has no batching rule (it loops): measured here
+        for size in SIZES:
+            runs, tokens = _steppers(size, m, dev, steps, tmp)
+            for fn in runs.values():
+                fn()  # warm-up
+            got = alternate(runs, rounds)
+            alone = median(got["alone"])
+            mean_len = tokens / 64
+            for way, secs in got.items():
+                step = median(secs)
+                gflops = m * tokens * _flop_per_token(size, mean_len) / step / 1e9
+                rows.append({"device": dev.type, "size": size, "way": way, "models": m, "ms_per_step": step * 1e3,
+                             "model_steps_per_s": m / step, "tokens_per_s": m * tokens / step,
+                             "vs_alone": alone / step, "gflops": gflops,
+                             "utilization": gflops / ceiling if ceiling and dev.type == "cpu" else None,
+                             "runs": rounds, "steps_per_run": steps})
+    return rows
+
+
+def run(opts: Options) -> Section:
+    set_threads(1)
+    ceiling = (opts.context.get("ceiling") or {}).get(1)
+    if ceiling is None:
+        from train_throughput import ceiling as measured_ceiling
+
+        ceiling = measured_ceiling(opts, 1)[0]
+    rounds, steps, m = (3, 2, 4) if opts.quick else (9, 4, 4)
+    rows = measure(torch.device("cpu"), m, rounds, steps, ceiling)
+    note = [f"{m} models of each size, 1 thread. Ratios are of medians (alternating runs)."]
+    if torch.cuda.is_available():
+        rows += measure(torch.device("cuda"), 16, rounds, steps, None)
+        note.append("CUDA: 16 models, bf16 autocast (device.autocast).")
+    else:
+        note.append("No GPU on this machine: CUDA not measured.")
+    table = md_table(rows, [("device", "device"), ("size", "size"), ("way", "way"), ("models", "models"),
+                            ("ms_per_step", "ms/step (all models)"), ("model_steps_per_s", "model-steps/s"),
+                            ("tokens_per_s", "tokens/s"), ("vs_alone", "x alone"), ("utilization", "utilization")])
+    return Section(NAME, TITLE, rows, " ".join(note) + f" fp32 ceiling {ceiling:.1f} GFLOP/s.\n\n" + table)
+
+
+if __name__ == "__main__":
+    import sys
+
+    section = run(Options(quick="--quick" in sys.argv))
+    print(section.markdown)
