@@ -5,6 +5,8 @@ Three ways to step M models, runs alternating in one process, each run a few ste
   alone  M separate one-model steps (`train.optimizer_step`), as M training jobs would take them
   bmm    one step of the stack with a leading model axis (`stacked.batched_loss`; the pipeline's)
   vmap   one step of the stack by torch.func.vmap of the one-model Transformer (`stacked.vmapped_loss`)
+  batch  one model on an M times larger batch: not M models, the bound of what amortizing a step's
+         fixed cost could give (M models' matrices stay M products of one model's shape)
 A stacked model follows the steps it takes alone (tests/test_stacked.py), so models trained to
 early stop per minute scale as model-steps per second: the ratios below are those ratios, leaving
 out the start of a job (paid once per block instead of once per model: job_start). Utilization:
@@ -77,6 +79,14 @@ def _steppers(size: str, m: int, dev: torch.device, steps: int, tmp) -> tuple[di
         batches = [training_batch(data, clock["step"], cell, gaps) for cell in cells]
         stacked.stacked_step(stacks[way], batches, 1e-3, 1.0, dev, opts, loss_fn=loss_fns[way])
 
+    big = {**cells[0], "train": {**cells[0]["train"], "batch_size": 64 * m}}
+    big_model = build_model(big, vocab).to(dev)
+    big_opt = adamw(big_model, big["train"])
+
+    def batch() -> None:
+        b = training_batch(data, clock["step"], big, gaps)
+        optimizer_step(big_model, big_opt, b, 1e-3, 1.0, dev, opts["ppc_weight"], opts["copy"])
+
     def run(fn):
         def timed_run() -> float:
             clock["step"] += 1  # each run on fresh batches
@@ -88,7 +98,8 @@ def _steppers(size: str, m: int, dev: torch.device, steps: int, tmp) -> tuple[di
             return seconds / steps
         return timed_run
 
-    runs = {"alone": run(alone), "bmm": run(lambda: stack("bmm")), "vmap": run(lambda: stack("vmap"))}
+    runs = {"alone": run(alone), "bmm": run(lambda: stack("bmm")), "vmap": run(lambda: stack("vmap")),
+            "batch": run(batch)}
     tokens = float(sum((training_batch(data, s, cells[0], gaps)["seq_len"] - 1).sum() for s in range(20))) / 20
     return runs, tokens
 
@@ -118,10 +129,42 @@ def measure(dev: torch.device, m: int, rounds: int, steps: int, ceiling: float |
                 gflops = m * tokens * _flop_per_token(size, mean_len) / step / 1e9
                 rows.append({"device": dev.type, "size": size, "way": way, "models": m, "ms_per_step": step * 1e3,
                              "model_steps_per_s": m / step, "tokens_per_s": m * tokens / step,
-                             "vs_alone": alone / step, "gflops": gflops,
-                             "utilization": gflops / ceiling if ceiling and dev.type == "cpu" else None,
-                             "runs": rounds, "steps_per_run": steps})
+                             "vs_alone": alone / step, "gflops": gflops, "runs": rounds, "steps_per_run": steps,
+                             **({"utilization": gflops / ceiling} if ceiling else {})})
     return rows
+
+
+def to_early_stop(m: int, rounds: int) -> dict:
+    """M E1 models (config.yaml's k = 1 cell: lr 2e-3, early stop at loss 1e-3 for 20 batches)
+    trained to early stop, by M `train.train` calls and by one `train_stacked` call, alternating;
+    in process, so the start of a job (interpreter, imports) is left out of both."""
+    import logging
+
+    from lengthgen.stacked import train_stacked
+    from lengthgen.train import train
+
+    quiet = logging.getLogger("quiet").debug
+    with tempfile.TemporaryDirectory() as tmp:
+        cells, _ = _cells("e1", m, "cpu", f"{tmp}/e1.parquet")
+        for cell in cells:
+            cell["train"].update(lr=2e-3, max_steps=2000, early_stop={"accuracy": 1.0, "loss": 1e-3, "patience": 20})
+            cell["scheme_options"]["encoding"] = "none"
+        data = f"{tmp}/e1.parquet"
+        cells = [{**c, "task": "e1k1"} for c in cells]
+        steps = {}
+
+        def alone() -> float:
+            seconds = timed(lambda: [steps.setdefault(c["seed"], train(c, data, f"{tmp}/a{c['seed']}", f"{tmp}/a.pt",
+                                                                       log=quiet)["steps"]) for c in cells])
+            return seconds
+
+        def stacked() -> float:
+            return timed(lambda: train_stacked(cells, data, [f"{tmp}/s{c['seed']}" for c in cells], f"{tmp}/s.pt",
+                                               log=quiet))
+
+        got = alternate({"alone": alone, "stacked": stacked}, rounds)
+    return {"steps": [steps[c["seed"]] for c in cells], "alone_s": median(got["alone"]),
+            "stacked_s": median(got["stacked"]), "rounds": rounds}
 
 
 def run(opts: Options) -> Section:
@@ -134,8 +177,18 @@ def run(opts: Options) -> Section:
     rounds, steps, m = (3, 2, 4) if opts.quick else (9, 4, 4)
     rows = measure(torch.device("cpu"), m, rounds, steps, ceiling)
     note = [f"{m} models of each size, 1 thread. Ratios are of medians (alternating runs)."]
+    if not opts.quick:
+        e2e = to_early_stop(m, 3)
+        note.append(
+            f"To early stop ({m} E1 nope models, k = 1 fixed, n 3-12, steps to stop {e2e['steps']}, in process, "
+            f"median of {e2e['rounds']} alternating runs): one at a time {e2e['alone_s']:.1f} s "
+            f"({60 * m / e2e['alone_s']:.1f} models/min), stacked {e2e['stacked_s']:.1f} s "
+            f"({60 * m / e2e['stacked_s']:.1f} models/min): {e2e['alone_s'] / e2e['stacked_s']:.2f}x.")
+        rows.append({"device": "cpu", "size": "e1 to early stop", "way": "stacked", "models": m,
+                     "vs_alone": e2e["alone_s"] / e2e["stacked_s"], "runs": e2e["rounds"],
+                     "alone_s": e2e["alone_s"], "stacked_s": e2e["stacked_s"]})
     if torch.cuda.is_available():
-        rows += measure(torch.device("cuda"), 16, rounds, steps, None)
+        rows += measure(torch.device("cuda"), 16, rounds, steps, None)  # no GPU ceiling measured: no utilization
         note.append("CUDA: 16 models, bf16 autocast (device.autocast).")
     else:
         note.append("No GPU on this machine: CUDA not measured.")
