@@ -35,14 +35,15 @@ SIZES = {  # config.yaml's E1 and E2 settings (E1 at k = 2, E2's ppc scheme)
 }
 
 
-def _cells(size: str, m: int, device: str, path) -> tuple[list[dict], dict]:
+def _cells(size: str, m: int, device: str, path, **params) -> tuple[list[dict], dict]:
     import copy
 
     from lengthgen import config as lgconfig
     from lengthgen import datasets
 
     schema = lgconfig.load_yaml(ROOT / "workflow/schemas/config.schema.yaml")
-    kind, params, options, model = copy.deepcopy(SIZES[size])
+    kind, defaults, options, model = copy.deepcopy(SIZES[size])
+    params = {**defaults, **params}
     lgconfig.fill_defaults(params, schema["$defs"][f"{kind}_params"], schema)
     lgconfig.fill_defaults(options, schema["$defs"]["scheme"], schema)
     train = {"batch_size": 64}
@@ -145,12 +146,11 @@ def to_early_stop(m: int, rounds: int) -> dict:
 
     quiet = logging.getLogger("quiet").debug
     with tempfile.TemporaryDirectory() as tmp:
-        cells, _ = _cells("e1", m, "cpu", f"{tmp}/e1.parquet")
+        cells, _ = _cells("e1", m, "cpu", f"{tmp}/e1.parquet", k=1)
         for cell in cells:
             cell["train"].update(lr=2e-3, max_steps=2000, early_stop={"accuracy": 1.0, "loss": 1e-3, "patience": 20})
             cell["scheme_options"]["encoding"] = "none"
         data = f"{tmp}/e1.parquet"
-        cells = [{**c, "task": "e1k1"} for c in cells]
         steps = {}
 
         def alone() -> float:
