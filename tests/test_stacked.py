@@ -13,6 +13,7 @@ import time
 import pandas as pd
 import pytest
 import torch
+import yaml
 from conftest import copy_workflow, make_cell, run_snakemake
 
 from lengthgen import datasets
@@ -181,3 +182,26 @@ def test_the_vmap_mechanism_computes_what_the_batched_one_does(data, case):
     loss_v, right_v = stacked.vmapped_loss(stack, inputs, prompt, 1.0)
     torch.testing.assert_close(loss_v, loss_b, atol=1e-5, rtol=1e-5)
     assert torch.equal(right_v, right_b) and loss_b.shape == (3,)
+
+
+@pytest.mark.workflow
+@pytest.mark.slow
+def test_tasks_with_their_own_seeds_get_their_own_blocks(tmp_path):
+    copy_workflow(tmp_path)
+    cfg = yaml.safe_load((tmp_path / "config/smoke.yaml").read_text())
+    cfg["stack"] = 2
+    for task in cfg["tasks"]:
+        task["seeds"] = [0, 1, 2, 3] if task["name"] == "smoke_k1" else [0, 1, 2]
+    (tmp_path / "blocks.yaml").write_text(yaml.safe_dump(cfg))
+    done = run_snakemake(tmp_path, "-n", "-c1", "--configfile", "blocks.yaml")
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs, rule = [], None
+    for line in (done.stdout + done.stderr).splitlines():
+        if m := re.match(r"^rule (\w+):$", line.strip()):
+            rule = m.group(1)
+        elif rule and (m := re.match(r"^wildcards: task=(\w+), scheme=(\w+)$", line.strip())):
+            jobs.append((m.group(1), m.group(2), rule))
+    assert sorted(j for j in jobs if j[2].startswith("train") and j[0] in ("smoke_k1", "smoke_k2")) == [
+        ("smoke_k1", "alibi", "train_seeds_0_1"), ("smoke_k1", "alibi", "train_seeds_2_3"),
+        ("smoke_k1", "nope", "train_seeds_0_1"), ("smoke_k1", "nope", "train_seeds_2_3"),
+        ("smoke_k2", "alibi", "train_seeds_0_1"), ("smoke_k2", "alibi", "train_seeds_2")]
