@@ -51,7 +51,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed benchmarks/requirements.txt
 	touch $@
 
 BENCH_ARGS ?=
-bench: $(VENV)/.bench-installed  ## benchmark suite -> benchmarks/results.md (9-15 min; BENCH_ARGS=--quick)
+bench: $(VENV)/.bench-installed  ## benchmark suite -> benchmarks/results.md (11-17 min; BENCH_ARGS=--quick)
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
 
 dryrun: $(VENV)/.installed  ## what `make run` would do, without doing it
