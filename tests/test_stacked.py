@@ -205,3 +205,29 @@ def test_tasks_with_their_own_seeds_get_their_own_blocks(tmp_path):
         ("smoke_k1", "alibi", "train_seeds_0_1"), ("smoke_k1", "alibi", "train_seeds_2_3"),
         ("smoke_k1", "nope", "train_seeds_0_1"), ("smoke_k1", "nope", "train_seeds_2_3"),
         ("smoke_k2", "alibi", "train_seeds_0_1"), ("smoke_k2", "alibi", "train_seeds_2")]
+
+
+def test_cells_that_differ_in_more_than_the_seed_are_refused_in_one_line(tmp_path, data):
+    from conftest import run_lengthgen
+
+    cells = [_cell("alibi", 0), _cell("nope", 1)]
+    done = run_lengthgen("train-stack", "--cells", canonical_json(cells), "--data", data["parity"],
+                         "--out-dirs", tmp_path / "a", tmp_path / "b", "--checkpoint", tmp_path / "c.pt")
+    assert done.returncode != 0 and "--cells" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "a").exists()
+
+
+def test_dropout_trains_the_block_one_model_at_a_time_and_says_so(tmp_path, data):
+    from conftest import run_lengthgen
+
+    cells = [{**_cell("alibi", s, max_steps=3), "model": {**_cell("alibi", s)["model"], "dropout": 0.1}}
+             for s in (0, 1)]
+    outs = [tmp_path / "s0", tmp_path / "s1"]
+    done = run_lengthgen("train-stack", "--cells", canonical_json(cells), "--data", data["parity"],
+                         "--out-dirs", *outs, "--checkpoint", tmp_path / "c.pt")
+    assert done.returncode == 0, done.stderr
+    assert "one model at a time: dropout" in done.stderr
+    for seed, out in enumerate(outs):
+        alone = tmp_path / f"alone{seed}"
+        train(cells[seed], data["parity"], alone, tmp_path / "a.pt", log=lambda *_: None)
+        pd.testing.assert_frame_equal(_log(out), _log(alone))

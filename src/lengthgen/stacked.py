@@ -62,7 +62,7 @@ def unstackable(cell: dict) -> str | None:
 def _same_but_seed(cells: list[dict]) -> None:
     strip = [{k: v for k, v in c.items() if k != "seed"} for c in cells]
     if any(s != strip[0] for s in strip[1:]):
-        raise UserError("--cells: a stacked job trains the seeds of one (task, scheme); these cells differ in more")
+        raise UserError("--cells: expected the seeds of one (task, scheme); these cells differ in more than the seed")
     if len({c["seed"] for c in cells}) != len(cells):
         raise UserError("--cells: a seed appears twice")
 
