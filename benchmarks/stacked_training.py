@@ -167,6 +167,36 @@ def to_early_stop(m: int, rounds: int) -> dict:
             "stacked_s": median(got["stacked"]), "rounds": rounds}
 
 
+def sweep_bound(rounds: int) -> dict:
+    """Greedy decoding (what a length sweep runs) per example at the sweeps' batch of 250 against
+    4 times that: the bound of what stacking 4 models' sweeps could gain (untrained models; the
+    time does not depend on the weights). E1: n = 96, rope, 2 answer tokens; E2: n = 32, ppc."""
+    import copy
+
+    from lengthgen import config as lgconfig
+    from lengthgen import decode
+    from lengthgen.model import ModelConfig, Transformer
+
+    schema = lgconfig.load_yaml(ROOT / "workflow/schemas/config.schema.yaml")
+    out = {}
+    for size, prompt, answer in (("e1", 99, 2), ("e2", 35, 33)):
+        _, _, options, model = copy.deepcopy(SIZES[size])
+        lgconfig.fill_defaults(options, schema["$defs"]["scheme"], schema)
+        heads = {k: options[k] for k in ("encoding", "position_head")}
+        net = Transformer(ModelConfig(vocab_size=8, **heads, **model)).eval()
+
+        def per_example(b: int, net=net, options=options, prompt=prompt, answer=answer) -> float:
+            tokens, ids = torch.randint(0, 8, (b, prompt)), torch.arange(prompt).expand(b, prompt)
+            oracle = torch.arange(prompt, prompt + answer).expand(b, answer)
+            with torch.no_grad():
+                return timed(lambda: decode.generate(net, tokens, ids, answer, options, 7, oracle_ids=oracle)) / b
+
+        per_example(250)
+        got = alternate({"250": lambda f=per_example: f(250), "1000": lambda f=per_example: f(1000)}, rounds)
+        out[size] = (median(got["250"]) * 1e3, median(got["1000"]) * 1e3)
+    return out
+
+
 def run(opts: Options) -> Section:
     set_threads(1)
     ceiling = (opts.context.get("ceiling") or {}).get(1)
@@ -184,6 +214,10 @@ def run(opts: Options) -> Section:
             f"median of {e2e['rounds']} alternating runs): one at a time {e2e['alone_s']:.1f} s "
             f"({60 * m / e2e['alone_s']:.1f} models/min), stacked {e2e['stacked_s']:.1f} s "
             f"({60 * m / e2e['stacked_s']:.1f} models/min): {e2e['alone_s'] / e2e['stacked_s']:.2f}x.")
+        bound = sweep_bound(5)
+        note.append("Length sweeps (greedy decoding), ms per example at batch 250 and at 1,000 (the bound of "
+                    "stacking 4 models' sweeps): " + ", ".join(
+                        f"{size} {a:.3f} and {b:.3f} ({a / b:.2f}x)" for size, (a, b) in bound.items()) + ".")
         rows.append({"device": "cpu", "size": "e1 to early stop", "way": "stacked", "models": m,
                      "vs_alone": e2e["alone_s"] / e2e["stacked_s"], "runs": e2e["rounds"],
                      "alone_s": e2e["alone_s"], "stacked_s": e2e["stacked_s"]})
