@@ -1,9 +1,9 @@
 """Stacked training: the seeds of one (task, scheme) cell trained as one batched model.
 
-A small model (E1's 2 x 64) spends most of a step on per-operation overhead, not arithmetic, so
-M models stepped together cost far less than M steps. The models' parameters are stacked along
-a leading model axis (`torch.func.stack_module_state`) and the same `Transformer` code runs
-under `torch.func.vmap`; one backward pass and one fused AdamW call update every model.
+The models' parameters are stacked along a leading model axis (`torch.func.stack_module_state`)
+and `stacked_model` applies each matrix to every model with one batched matmul; one backward
+pass and one fused AdamW call update every model. What that saves is a step's fixed costs, so
+it pays where one small model leaves the device idle (a GPU); see docs/performance.md.
 
 Each model stays the model `train.train` would train alone, up to floating-point order: it is
 built from its own seed, reads its own batches (`training_batch` with its seed), packs them on
@@ -259,16 +259,11 @@ def train_stacked(cells: list[dict], data_path, out_dirs: list, checkpoint_path,
     step, active, streak, rows, done = 0, list(range(n)), [0] * n, [[] for _ in cells], {}
     state = load_checkpoint(checkpoint_path, fingerprint, log)
     if state:
-        step, active, streak, rows, done = (state[k] for k in ("step", "active", "streak", "rows", "done"))
-        stack.keep(active)
-        with torch.no_grad():
-            for p, saved in zip(stack.params, state["params"], strict=True):
-                p.copy_(saved)
-        stack.opt.load_state_dict(state["optimizer"])
+        step, active, streak, rows, done = _restore(stack, state)
         log(f"{_block_id(cells)}: resumed from step {step}")
     log(f"{_block_id(cells)}: {n} models of {param_count(models[0]):,} parameters on {devices.describe(dev)}, "
         f"{len(data['tokens']):,} examples")
-    patience, started = cfg["early_stop"]["patience"], time.perf_counter()
+    started = time.perf_counter()
     while active and step < cfg["max_steps"]:
         batches = [training_batch(data, step, cells[i], gaps) for i in active]
         lr = lr_at(step, cfg)
@@ -280,18 +275,10 @@ def train_stacked(cells: list[dict], data_path, out_dirs: list, checkpoint_path,
             streak[i] = streak[i] + 1 if _converged(loss, acc, cfg["early_stop"]) else 0
             rows[i].append((step, loss, acc, lr))
         step += 1
-        stopped = [i for i in active if patience and streak[i] >= patience]
-        for i in stopped:
-            done[i] = stack.state_of(active.index(i))
-            log(f"{_cell_id(cells[i])}: stopped at step {step} (converged)")
-        if stopped:
-            still = [i for i in active if i not in stopped]
-            if still:
-                stack.keep([active.index(i) for i in still])
-            active = still
+        active = _drop_stopped(stack, cells, active, streak, done, step, log)
         if step % cfg["log_every"] == 0:
             log(f"{_block_id(cells)}: step {step}/{cfg['max_steps']}, {len(active)} of {n} models training")
-        if step % cfg["checkpoint_every"] == 0:
+        if step % cfg["checkpoint_every"] == 0 and active:  # with none active, the outputs come next
             save_checkpoint(checkpoint_path, fingerprint=fingerprint, params=[p.detach() for p in stack.params],
                             optimizer=stack.opt.state_dict(), step=step, active=active, streak=streak, rows=rows,
                             done=done)
@@ -302,7 +289,7 @@ def train_stacked(cells: list[dict], data_path, out_dirs: list, checkpoint_path,
     for i, cell in enumerate(cells):
         model = models[i]
         model.load_state_dict({k: done[i][k] for k in model.state_dict()})
-        stopped = "converged" if patience and streak[i] >= patience else "max_steps"
+        stopped = "converged" if _stops(streak[i], cfg) else "max_steps"
         summaries.append(_write_outputs(model, cell, meta, rows[i], Path(out_dirs[i]), dev, code_digest, stopped))
     checkpoint_path.unlink(missing_ok=True)
     return summaries
@@ -311,3 +298,33 @@ def train_stacked(cells: list[dict], data_path, out_dirs: list, checkpoint_path,
 def _block_id(cells: list[dict]) -> str:
     c = cells[0]
     return f"{c['task']}/{c['scheme']}/seeds{'-'.join(str(x['seed']) for x in cells)}"
+
+
+def _stops(streak: int, cfg: dict) -> bool:
+    patience = cfg["early_stop"]["patience"]
+    return bool(patience) and streak >= patience
+
+
+def _drop_stopped(stack: Stack, cells, active: list[int], streak, done: dict, step: int, log) -> list[int]:
+    """Take the models whose early stop has come out of the stack, keeping their final state in
+    `done`; the models still training, in stack order."""
+    stopped = [i for i in active if _stops(streak[i], cells[i]["train"])]
+    for i in stopped:
+        done[i] = stack.state_of(active.index(i))
+        log(f"{_cell_id(cells[i])}: stopped at step {step} (converged)")
+    still = [i for i in active if i not in stopped]
+    if stopped and still:
+        stack.keep([active.index(i) for i in still])
+    return still
+
+
+def _restore(stack: Stack, state: dict) -> tuple:
+    """Load a stacked checkpoint into `stack`; its step, active models, streaks, rows and the
+    final states of the models that had stopped."""
+    stack.keep(state["active"])
+    with torch.no_grad():
+        for p, saved in zip(stack.params, state["params"], strict=True):
+            p.copy_(saved)
+    stack.opt.load_state_dict(state["optimizer"])
+    return tuple(state[k] for k in ("step", "active", "streak", "rows", "done"))
+
