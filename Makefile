@@ -3,7 +3,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 CORES ?= all
-SNAKEMAKE := snakemake --cores $(CORES)  # profiles/default is picked up by itself
+# CONFIG=config/smoke.yaml runs (and reports, diffs, cleans) that configuration instead of config.yaml.
+CONFIG ?=
+# Its results directory: the file's top-level results_dir, else the default's (results).
+RESULTS ?= $(or $(shell sed -n 's/^results_dir: *\([^ #]*\).*/\1/p' $(or $(CONFIG),config.yaml) 2>/dev/null),results)
+SNAKEMAKE := snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG))  # profiles/default is picked up by itself
 # The runs that write results: a lock left by a killed run is removed first (lengthgen.unlock).
 RUN := PYTHONPATH=src $(PY) -m lengthgen.unlock $(SNAKEMAKE)
 
@@ -22,10 +26,10 @@ $(VENV)/.installed: requirements.txt
 # and Snakemake takes outputs that exist for up to date: rebuild them from scratch then.
 FRESH = $(if $(wildcard .snakemake/metadata/*),,--forcerun aggregate provenance)
 
-run: $(VENV)/.installed  ## the embedded default (config.yaml): CPU, minutes
+run: $(VENV)/.installed  ## the embedded default (config.yaml): CPU, minutes; CONFIG=config/x.yaml for another
 	$(RUN) $(FRESH)
-	@cat results/tables/claims.md
-	@echo "tables: results/tables/  figures: results/figures/  scorecard: results/tables/claims.md"
+	@cat $(RESULTS)/tables/claims.md
+	@echo "tables: $(RESULTS)/tables/  figures: $(RESULTS)/figures/  scorecard: $(RESULTS)/tables/claims.md"
 
 test: $(VENV)/.installed  ## unit, workflow and end-to-end smoke tests
 	$(PY) -m pytest -q
@@ -39,12 +43,12 @@ paper: $(VENV)/.installed  ## the paper-scale grid (use a GPU cluster: see READM
 	$(RUN) --configfile config/paper.yaml
 
 report: $(VENV)/.installed  ## self-contained HTML report of the last run
-	$(SNAKEMAKE) --report results/report.html
+	$(SNAKEMAKE) --report $(RESULTS)/report.html
 
 REV ?= HEAD
 TOL ?= 0
-diff: $(VENV)/.installed  ## cells of results/tables that moved since REV by more than TOL
-	PYTHONPATH=src $(PY) -m lengthgen diff --rev $(REV) --tolerance $(TOL)
+diff: $(VENV)/.installed  ## cells of the tables (<results_dir>/tables) that moved since REV by more than TOL
+	PYTHONPATH=src $(PY) -m lengthgen diff --rev $(REV) --tolerance $(TOL) --tables $(RESULTS)/tables
 
 $(VENV)/.bench-installed: $(VENV)/.installed benchmarks/requirements.txt
 	$(VENV)/bin/pip install --quiet -r benchmarks/requirements.txt
@@ -58,4 +62,4 @@ dryrun: $(VENV)/.installed  ## what `make run` would do, without doing it
 	$(SNAKEMAKE) -n
 
 clean:  ## remove generated data and runs (keeps the committed tables and figures)
-	rm -rf results/data results/runs results/language results/checkpoints results/logs results/benchmarks .snakemake
+	rm -rf $(addprefix $(RESULTS)/,data runs language checkpoints logs benchmarks) .snakemake

@@ -35,9 +35,9 @@ onerror:
 rule all:
     default_target: True
     input:
-        "results/tables/length_sweep.csv",
-        "results/tables/summary.md",
-        "results/tables/claims.md",
-        "results/provenance.json",
+        results("tables/length_sweep.csv"),
+        results("tables/summary.md"),
+        results("tables/claims.md"),
+        results("provenance.json"),
         language_tables(),
-        expand("results/figures/{figure}.png", figure=figures()),
+        expand(results("figures/{figure}.png"), figure=figures()),

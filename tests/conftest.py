@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 # The interpreter running pytest is the venv's; its bin/ also holds `snakemake`.
@@ -22,7 +23,10 @@ PYTHON = str(VENV_BIN / "python") if (VENV_BIN / "python").exists() else sys.exe
 # What a scratch copy of the workflow needs to run.
 # resources/ holds the fetched offline corpus (E4), when the repo has it: copied, not fetched again.
 WORKFLOW_ITEMS = ("Snakefile", "config.yaml", "config", "workflow", "src", "profiles", "environment.yml", "resources")
-_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".snakemake", "results")
+# A run's outputs (every configuration's results_dir) are never copied.
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".snakemake", "results", "results-*")
+# Where config/smoke.yaml's runs write.
+SMOKE_RESULTS = yaml.safe_load((REPO / "config/smoke.yaml").read_text())["results_dir"]
 
 # Defaults of $defs/train in workflow/schemas/config.schema.yaml.
 TRAIN_DEFAULTS = {

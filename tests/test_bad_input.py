@@ -60,6 +60,7 @@ CONFIG_CASES = [
     ("negative_data_seed", {"tasks": [_task()], "data_seed": -5}, "config.data_seed"),
     ("max_position_too_small", {"tasks": [_task()], "model": {"max_position": 16}}, "tasks[0].model.max_position"),
     ("typo_top_level_key", {"tasks": [_task()], "seeeds": [0]}, "'seeeds'"),
+    ("results_dir_trailing_slash", {"tasks": [_task()], "results_dir": "results/"}, "config.results_dir"),
     ("device_not_in_enum", {"tasks": [_task()], "device": "gpu"}, "config.device"),
     ("task_zero_max_steps", {"tasks": [_task(train={"max_steps": 0})]}, "tasks[0].train.max_steps"),
     # E2/E3: impossible depth for N, IDs beyond max_position at the test lengths, PPC without coupled IDs

@@ -26,15 +26,15 @@ from pathlib import Path
 import pytest
 import slurm_cluster
 import yaml
-from conftest import VENV_BIN, copy_workflow, venv_env
+from conftest import SMOKE_RESULTS, VENV_BIN, copy_workflow, venv_env
 from slurm_cluster import HEADER, SlurmCluster, unavailable
 
 LOCAL_RULES = {"aggregate", "claims", "figure_sparse_parity", "figure_sparsity_test", "provenance", "all"}
 # One training job of this task and scheme (whichever seed first runs with a checkpoint) is
 # cancelled mid-run; the task trains longer than in smoke.yaml (see _test_config).
 VICTIM_TASK, VICTIM_SCHEME = "smoke_k2", "alibi"
-CHECKPOINT = "results/checkpoints/{task}/{scheme}/seed{seed}/last.pt"
-TRAIN_LOG = "results/logs/train/{task}/{scheme}/seed{seed}.log"
+CHECKPOINT = SMOKE_RESULTS + "/checkpoints/{task}/{scheme}/seed{seed}/last.pt"
+TRAIN_LOG = SMOKE_RESULTS + "/logs/train/{task}/{scheme}/seed{seed}.log"
 
 
 # Test-only settings over profiles/slurm (a later --profile wins key by key).
@@ -360,7 +360,7 @@ def test_smoke_grid_through_slurm_with_a_cancelled_job(cluster, tmp_path):
     assert LOCAL_RULES <= {rule for rule, _ in _executed_jobs(log, local=True)}, "aggregation did not run"
 
     # -- the same tables as the local run of the same configuration -----------------------
-    first, second = workdir / "results/tables", local / "results/tables"
+    first, second = workdir / SMOKE_RESULTS / "tables", local / SMOKE_RESULTS / "tables"
     names = sorted(p.name for p in first.iterdir())
     assert names and names == sorted(p.name for p in second.iterdir())
     for name in names:

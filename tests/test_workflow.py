@@ -9,7 +9,7 @@ import shutil
 import pandas as pd
 import pytest
 import yaml
-from conftest import copy_workflow, run_snakemake
+from conftest import SMOKE_RESULTS, copy_workflow, run_snakemake
 
 from lengthgen.aggregate import read_sweep
 
@@ -44,7 +44,7 @@ def smoke_run(tmp_path_factory):
 
 def test_smoke_tables_are_long_sorted_and_complete(smoke_run):
     cfg = yaml.safe_load((smoke_run / "config/smoke.yaml").read_text())
-    df = read_sweep(smoke_run / "results/tables/length_sweep.csv")
+    df = read_sweep(smoke_run / SMOKE_RESULTS / "tables/length_sweep.csv")
     assert list(df.columns) == ["task", "scheme", "seed", "length", "k", "depth", "examples", "accuracy",
                                 "token_accuracy", "position_accuracy"]
     depths = {t["name"]: t["params"].get("depth_max", 1) - t["params"].get("depth_min", 1) + 1 for t in cfg["tasks"]}
@@ -57,13 +57,13 @@ def test_smoke_tables_are_long_sorted_and_complete(smoke_run):
     ppc = df["scheme"] == "ppc"
     assert df.loc[ppc, "position_accuracy"].between(0, 1).all() and df.loc[~ppc, "position_accuracy"].isna().all()
     assert df.loc[df["task"] == "smoke_assignment", "depth"].notna().all()
-    text = (smoke_run / "results/tables/length_sweep.csv").read_text()
+    text = (smoke_run / SMOKE_RESULTS / "tables/length_sweep.csv").read_text()
     assert all(len(v.split(".")[1]) == 4 for v in re.findall(r",(\d\.\d+)$", text, flags=re.M))
     assert str(smoke_run) not in text and "/" not in text
-    assert (smoke_run / "results/figures/sparse_parity.png").stat().st_size > 10_000
-    assert (smoke_run / "results/figures/coupling.png").stat().st_size > 10_000
-    assert "smoke_k1" in (smoke_run / "results/tables/summary.md").read_text()
-    claims = pd.read_csv(smoke_run / "results/tables/claims.csv", keep_default_na=False)
+    assert (smoke_run / SMOKE_RESULTS / "figures/sparse_parity.png").stat().st_size > 10_000
+    assert (smoke_run / SMOKE_RESULTS / "figures/coupling.png").stat().st_size > 10_000
+    assert "smoke_k1" in (smoke_run / SMOKE_RESULTS / "tables/summary.md").read_text()
+    claims = pd.read_csv(smoke_run / SMOKE_RESULTS / "tables/claims.csv", keep_default_na=False)
     assert set(claims["claim"]) == {"1 sparsity", "2 coupling", "3 language"}
     assert "not in this grid" not in " ".join(claims["check"])
     sparsity = claims[claims["claim"] == "1 sparsity"].set_index("check")["result"]
@@ -77,20 +77,20 @@ def test_smoke_tables_are_long_sorted_and_complete(smoke_run):
 
 def test_smoke_language_tables_figures_and_claim_3(smoke_run):
     cfg = yaml.safe_load((smoke_run / "config/smoke.yaml").read_text())["language"]
-    table = pd.read_csv(smoke_run / "results/tables/influence.csv")
+    table = pd.read_csv(smoke_run / SMOKE_RESULTS / "tables/influence.csv")
     ks = cfg["influence"]["k"]
     long = table[table["model"] == "long"]
     assert len(long) == 2 + 3 * len(ks) and set(table["model"]) == {"long", "short", "pose"}
     assert (table["targets"] == cfg["influence"]["targets"]).all()
     greedy = long[long["method"] == "greedy"].sort_values("k")["loss_mean"]
     assert greedy.is_monotonic_decreasing  # each greedy step adds the token that lowers the loss most
-    scores = pd.read_parquet(smoke_run / "results/language/influence.parquet")
+    scores = pd.read_parquet(smoke_run / SMOKE_RESULTS / "language/influence.parquet")
     assert scores["scored"].sum() == cfg["influence"]["targets"] and len(scores) == cfg["influence"]["screen"]
-    curves = pd.read_csv(smoke_run / "results/tables/language_train.csv")
+    curves = pd.read_csv(smoke_run / SMOKE_RESULTS / "tables/language_train.csv")
     assert sorted(curves["model"].unique()) == ["long", "pose", "short"] and curves["validation_loss"].notna().all()
     for name in ("influence_gap", "influence_recovered", "influence_short_model"):
-        assert (smoke_run / f"results/figures/{name}.png").stat().st_size > 10_000
-    claims = pd.read_csv(smoke_run / "results/tables/claims.csv", keep_default_na=False)
+        assert (smoke_run / SMOKE_RESULTS / f"figures/{name}.png").stat().st_size > 10_000
+    claims = pd.read_csv(smoke_run / SMOKE_RESULTS / "tables/claims.csv", keep_default_na=False)
     language = claims[claims["claim"] == "3 language"]
     # greedy k=4, attention - random at each of k = 1, 2, 4, the short model
     assert len(language) == 5 and set(language["result"]) <= {"PASS", "FAIL", "INCONCLUSIVE"}
@@ -160,12 +160,12 @@ def test_two_clean_runs_give_byte_identical_tables(smoke_run, tmp_path):
     copy_workflow(tmp_path)
     done = run_snakemake(tmp_path, "-c1", *SMOKE)
     assert done.returncode == 0, done.stderr[-3000:]
-    first, second = smoke_run / "results/tables", tmp_path / "results/tables"
+    first, second = smoke_run / SMOKE_RESULTS / "tables", tmp_path / SMOKE_RESULTS / "tables"
     names = sorted(p.name for p in first.iterdir())
     assert names == sorted(p.name for p in second.iterdir()) and names
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
-    shutil.rmtree(tmp_path / "results")
+    shutil.rmtree(tmp_path / SMOKE_RESULTS)
 
 
 def test_report_holds_every_figure_and_table_with_captions(smoke_run):

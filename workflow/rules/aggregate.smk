@@ -13,12 +13,12 @@ localrules:
 
 rule aggregate:
     input:
-        cell_paths("results/runs/{task}/{scheme}/seed{seed}/sweep.parquet"),
+        cell_paths(results("runs/{task}/{scheme}/seed{seed}/sweep.parquet")),
     output:
-        csv="results/tables/length_sweep.csv",
-        md=report("results/tables/summary.md", caption="../report/summary.rst", category="Tables"),
+        csv=results("tables/length_sweep.csv"),
+        md=report(results("tables/summary.md"), caption="../report/summary.rst", category="Tables"),
     log:
-        "results/logs/aggregate.log",
+        results("logs/aggregate.log"),
     conda:
         ENV
     params:
@@ -29,13 +29,13 @@ rule aggregate:
 
 rule claims:
     input:
-        sweep="results/tables/length_sweep.csv",
+        sweep=results("tables/length_sweep.csv"),
         influence=language_scores(),
     output:
-        csv="results/tables/claims.csv",
-        md=report("results/tables/claims.md", caption="../report/claims.rst", category="Tables"),
+        csv=results("tables/claims.csv"),
+        md=report(results("tables/claims.md"), caption="../report/claims.rst", category="Tables"),
     log:
-        "results/logs/claims.log",
+        results("logs/claims.log"),
     conda:
         ENV
     params:
@@ -54,15 +54,15 @@ rule claims:
 
 rule figure_sparse_parity:
     input:
-        "results/tables/length_sweep.csv",
+        results("tables/length_sweep.csv"),
     output:
         report(
-            "results/figures/sparse_parity.png",
+            results("figures/sparse_parity.png"),
             caption="../report/sparse_parity.rst",
             category="E1 sparse parity",
         ),
     log:
-        "results/logs/figures/sparse_parity.log",
+        results("logs/figures/sparse_parity.log"),
     conda:
         ENV
     params:
@@ -77,15 +77,15 @@ rule figure_sparse_parity:
 
 rule figure_sparsity_test:
     input:
-        "results/tables/length_sweep.csv",
+        results("tables/length_sweep.csv"),
     output:
         report(
-            "results/figures/sparsity_test.png",
+            results("figures/sparsity_test.png"),
             caption="../report/sparsity_test.rst",
             category="E1 sparse parity",
         ),
     log:
-        "results/logs/figures/sparsity_test.log",
+        results("logs/figures/sparsity_test.log"),
     conda:
         ENV
     params:
@@ -100,15 +100,15 @@ rule figure_sparsity_test:
 
 rule figure_coupling:
     input:
-        "results/tables/length_sweep.csv",
+        results("tables/length_sweep.csv"),
     output:
         report(
-            "results/figures/coupling.png",
+            results("figures/coupling.png"),
             caption="../report/coupling.rst",
             category="E2-E3 position coupling",
         ),
     log:
-        "results/logs/figures/coupling.log",
+        results("logs/figures/coupling.log"),
     conda:
         ENV
     params:
@@ -122,12 +122,12 @@ rule figure_coupling:
 
 rule provenance:
     input:
-        cell_paths("results/runs/{task}/{scheme}/seed{seed}/meta.json"),
+        cell_paths(results("runs/{task}/{scheme}/seed{seed}/meta.json")),
         language_models("meta.json"),
     output:
-        "results/provenance.json",
+        results("provenance.json"),
     log:
-        "results/logs/provenance.log",
+        results("logs/provenance.log"),
     conda:
         ENV
     params:

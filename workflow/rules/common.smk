@@ -24,6 +24,15 @@ try:
 except UserError as err:
     sys.exit(f"lengthgen: error: {err}")  # one line, no traceback, nothing written
 
+RESULTS = CONFIG["results_dir"]
+
+
+def results(path):
+    """`path` under this configuration's results directory: every output of a run lives there,
+    so that one configuration never reads, or takes for up to date, another's files."""
+    return f"{RESULTS}/{path}"
+
+
 ENV = "../../environment.yml"  # one environment for every rule, and for users
 
 # Digests of the source files each stage imports: an edit in src/ reruns exactly the rules
@@ -132,7 +141,7 @@ def figures():
 
 def language_models(name):
     """A file of every E4 language model (none when the config does not run E4)."""
-    return [f"results/language/models/{m}/{name}" for m in CONFIG["language"]["models"]] if CONFIG["language"] else []
+    return [results(f"language/models/{m}/{name}") for m in CONFIG["language"]["models"]] if CONFIG["language"] else []
 
 
 def corpus_archive(wildcards):
@@ -142,12 +151,12 @@ def corpus_archive(wildcards):
 
 def language_tables():
     """E4's tables, when the config runs it."""
-    return ["results/tables/influence.csv", "results/tables/language_train.csv"] if CONFIG["language"] else []
+    return [results("tables/influence.csv"), results("tables/language_train.csv")] if CONFIG["language"] else []
 
 
 def language_scores():
     """E4's per-token scores, which the claim-3 tests resample (none when E4 does not run)."""
-    return ["results/language/influence.parquet"] if CONFIG["language"] else []
+    return [results("language/influence.parquet")] if CONFIG["language"] else []
 
 
 def as_json(obj):

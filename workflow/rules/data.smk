@@ -4,11 +4,11 @@
 
 rule generate_dataset:
     input:
-        lambda w: [f"results/data/{w.task}/train.parquet"] if w.split == "test" else [],
+        lambda w: [results(f"data/{w.task}/train.parquet")] if w.split == "test" else [],
     output:
-        "results/data/{task}/{split}.parquet",
+        results("data/{task}/{split}.parquet"),
     log:
-        "results/logs/data/{task}/{split}.log",
+        results("logs/data/{task}/{split}.log"),
     conda:
         ENV
     params:

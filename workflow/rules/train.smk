@@ -13,15 +13,15 @@ if CONFIG["stack"] == 1:
 
     rule train:
         input:
-            "results/data/{task}/train.parquet",
+            results("data/{task}/train.parquet"),
         output:
-            model="results/runs/{task}/{scheme}/seed{seed}/model.pt",
-            train_log="results/runs/{task}/{scheme}/seed{seed}/train_log.parquet",
-            meta="results/runs/{task}/{scheme}/seed{seed}/meta.json",
+            model=results("runs/{task}/{scheme}/seed{seed}/model.pt"),
+            train_log=results("runs/{task}/{scheme}/seed{seed}/train_log.parquet"),
+            meta=results("runs/{task}/{scheme}/seed{seed}/meta.json"),
         log:
-            "results/logs/train/{task}/{scheme}/seed{seed}.log",
+            results("logs/train/{task}/{scheme}/seed{seed}.log"),
         benchmark:
-            "results/benchmarks/train/{task}/{scheme}/seed{seed}.tsv"
+            results("benchmarks/train/{task}/{scheme}/seed{seed}.tsv")
         conda:
             ENV
         threads: CONFIG["threads"]
@@ -29,7 +29,7 @@ if CONFIG["stack"] == 1:
             gpu=GPU,
         params:
             cell=lambda w: as_json(lgconfig.cell_slice(CONFIG, w.task, w.scheme, int(w.seed))),
-            checkpoint="results/checkpoints/{task}/{scheme}/seed{seed}/last.pt",
+            checkpoint=results("checkpoints/{task}/{scheme}/seed{seed}/last.pt"),
             out_dir=subpath(output.model, parent=True),
             code=CODE["train"],
         shell:
@@ -54,15 +54,15 @@ else:
             wildcard_constraints:
                 task="|".join(re.escape(t) for t in _tasks),
             input:
-                "results/data/{task}/train.parquet",
+                results("data/{task}/train.parquet"),
             output:
-                models=[f"results/runs/{{task}}/{{scheme}}/seed{s}/model.pt" for s in _block],
-                train_logs=[f"results/runs/{{task}}/{{scheme}}/seed{s}/train_log.parquet" for s in _block],
-                metas=[f"results/runs/{{task}}/{{scheme}}/seed{s}/meta.json" for s in _block],
+                models=[results(f"runs/{{task}}/{{scheme}}/seed{s}/model.pt") for s in _block],
+                train_logs=[results(f"runs/{{task}}/{{scheme}}/seed{s}/train_log.parquet") for s in _block],
+                metas=[results(f"runs/{{task}}/{{scheme}}/seed{s}/meta.json") for s in _block],
             log:
-                f"results/logs/train/{{task}}/{{scheme}}/seeds{_seeds}.log",
+                results(f"logs/train/{{task}}/{{scheme}}/seeds{_seeds}.log"),
             benchmark:
-                f"results/benchmarks/train/{{task}}/{{scheme}}/seeds{_seeds}.tsv"
+                results(f"benchmarks/train/{{task}}/{{scheme}}/seeds{_seeds}.tsv")
             conda:
                 ENV
             threads: CONFIG["threads"]
@@ -72,7 +72,7 @@ else:
                 cells=lambda w, block=_block: as_json(
                     [lgconfig.cell_slice(CONFIG, w.task, w.scheme, s) for s in block]
                 ),
-                checkpoint=f"results/checkpoints/{{task}}/{{scheme}}/seeds{_seeds}/last.pt",
+                checkpoint=results(f"checkpoints/{{task}}/{{scheme}}/seeds{_seeds}/last.pt"),
                 out_dirs=lambda w, output: " ".join(shlex.quote(str(Path(m).parent)) for m in output.models),
                 code=stage_digest("lengthgen.stacked"),
             shell:
