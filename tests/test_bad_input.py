@@ -266,3 +266,69 @@ def test_score_with_a_token_stream_of_another_tokenizer(tmp_path):
                          cwd=tmp_path)
     assert_one_line_error(proc, "tokens.json: token stream was made with tokenizer")
     assert not out.exists() and not temp_files(tmp_path)
+
+
+# -- tables that are empty, another table, or another configuration's --------------------
+
+TABLES = Path(__file__).resolve().parents[1] / "results/tables"  # the default's committed tables
+SMOKE_SPARSE = ["smoke_k1", "smoke_k2"]
+
+
+def _bad_table(tmp_path, case: str) -> tuple[Path, str]:
+    """(a table a stage is given by mistake, the words its error line must hold)."""
+    if case == "another_configuration":  # the default's sweep, read for the smoke grid's tasks
+        return TABLES / "length_sweep.csv", "no rows of task(s) smoke_k1, smoke_k2"
+    path = tmp_path / "length_sweep.csv"
+    text = {"empty": "", "header_only": (TABLES / "length_sweep.csv").read_text().splitlines()[0] + "\n",
+            "claims_table": (TABLES / "claims.csv").read_text()}[case]
+    path.write_text(text)
+    return path, {"empty": "empty file", "header_only": "without rows", "claims_table": "no column(s) task"}[case]
+
+
+def _claims_config(schema) -> str:
+    from lengthgen.config import fill_defaults
+
+    claims = {}
+    fill_defaults(claims, schema["properties"]["claims"], schema)
+    return json.dumps(claims)
+
+
+BAD_TABLES = ["empty", "header_only", "claims_table", "another_configuration"]
+
+
+@pytest.mark.parametrize("case", BAD_TABLES)
+@pytest.mark.parametrize("kind", ["sparse_parity", "coupling"])
+def test_figure_of_a_bad_table(tmp_path, case, kind):
+    table, needle = _bad_table(tmp_path, case)
+    out = tmp_path / "figure.png"
+    proc = run_lengthgen("figure", "--kind", kind, "--sweep-csv", table, "--tasks", *SMOKE_SPARSE,
+                         "--train-max", *(["10"] * (2 if kind == "coupling" else 1)), "--out", out, cwd=tmp_path)
+    line = assert_one_line_error(proc, str(table))
+    assert needle in line
+    assert not out.exists() and not temp_files(tmp_path)
+
+
+@pytest.mark.parametrize("case", BAD_TABLES)
+def test_claims_of_a_bad_table(tmp_path, schema, case):
+    table, needle = _bad_table(tmp_path, case)
+    csv, md = tmp_path / "claims.csv", tmp_path / "claims.md"
+    proc = run_lengthgen("claims", "--sweep-csv", table, "--sparse-tasks", *SMOKE_SPARSE, "--train-max", "10",
+                         "--config", _claims_config(schema), "--csv", csv, "--md", md, cwd=tmp_path)
+    line = assert_one_line_error(proc, str(table))
+    assert needle in line
+    assert not csv.exists() and not md.exists() and not temp_files(tmp_path)
+
+
+def test_figure_and_claims_of_their_own_table(tmp_path, schema):
+    """The control: the same commands on the default's own table and tasks succeed."""
+    sweep, out = TABLES / "length_sweep.csv", tmp_path / "figure.png"
+    sparse = ["sparse_parity_k1", "sparse_parity_k2", "sparse_parity_k3"]
+    proc = run_lengthgen("figure", "--sweep-csv", sweep, "--tasks", *sparse, "--train-max", "12", "--out", out,
+                         cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_size > 10_000
+    csv, md = tmp_path / "claims.csv", tmp_path / "claims.md"
+    proc = run_lengthgen("claims", "--sweep-csv", sweep, "--sparse-tasks", *sparse, "--train-max", "12",
+                         "--config", _claims_config(schema), "--csv", csv, "--md", md, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "PASS" in csv.read_text()

@@ -12,6 +12,7 @@ import subprocess
 import numpy as np
 import pandas as pd
 
+from lengthgen.errors import UserError
 from lengthgen.fileio import atomic_path, canonical_json, write_text
 
 KEYS = ["task", "scheme", "seed", "length", "k", "depth"]  # those a table has, in this order
@@ -23,9 +24,39 @@ def keys_of(df: pd.DataFrame) -> list[str]:
     return [k for k in KEYS if k in df.columns]
 
 
-def read_sweep(path) -> pd.DataFrame:
-    """results/tables/length_sweep.csv with its axes as integers (empty where a task has none)."""
-    return pd.read_csv(path, dtype={axis: "Int32" for axis in AXES})
+SWEEP_COLUMNS = ["task", "scheme", "seed", "length", "accuracy"]  # what every reader of the sweep uses
+
+
+def read_table(path, columns: list[str], what: str, **read_csv) -> pd.DataFrame:
+    """A table of this pipeline; UserError naming the file when it is empty or another table
+    (a stage must not plot or judge what it was not meant to read)."""
+    try:
+        df = pd.read_csv(path, **read_csv)
+    except pd.errors.EmptyDataError:
+        raise UserError(f"{path}: empty file, expected {what}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not a CSV table, expected {what} ({str(err).splitlines()[0]})") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise UserError(f"{path}: not {what}: no column(s) {', '.join(missing)}")
+    if df.empty:
+        raise UserError(f"{path}: {what} without rows")
+    return df
+
+
+def read_sweep(path, tasks=None) -> pd.DataFrame:
+    """<results_dir>/tables/length_sweep.csv with its axes as integers (empty where a task has
+    none); with `tasks`, only their rows, and every one of them must have some: a table without
+    them was made for another configuration."""
+    df = read_table(path, SWEEP_COLUMNS, "the length-sweep table", dtype={axis: "Int32" for axis in AXES})
+    if tasks is None:
+        return df
+    absent = sorted(set(tasks) - set(df["task"]))
+    if absent:
+        held = ", ".join(sorted(set(df["task"])))
+        raise UserError(f"{path}: no rows of task(s) {', '.join(absent)} (it holds {held}): "
+                        "a table of another configuration; rerun the workflow to rebuild it")
+    return df[df["task"].isin(tasks)]
 
 
 def collect(sweep_paths) -> pd.DataFrame:

@@ -86,8 +86,8 @@ def cmd_claims(a) -> None:
     from lengthgen import claims
     from lengthgen.aggregate import read_sweep
 
-    sweep = read_sweep(a.sweep_csv)
     coupled, cfg = a.coupling, a.config
+    sweep = read_sweep(a.sweep_csv, [*a.sparse_tasks, *coupled])
     rows = claims.sparsity_checks(sweep, a.sparse_tasks, a.train_max, cfg["sparsity"], cfg["stats"]) \
         if a.sparse_tasks else []
     rows += claims.coupling_checks(sweep, coupled, cfg["coupling"], cfg["stats"]) if coupled else []

@@ -20,8 +20,7 @@ def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out, fit_min: flo
     """Accuracy against test length: one panel per scheme, one line per k, seed band. With
     `fit_min`, as in the scorecard, models below it at the longest training length are left
     out (one at chance everywhere would pull a mean down as if k had) and named in the title."""
-    df = read_sweep(sweep_csv)
-    df = df[df["task"].isin(tasks)]
+    df = read_sweep(sweep_csv, tasks)
     schemes = sorted(df["scheme"].unique())  # a scheme whose models are all left out keeps its panel
     df, unfit, note = _fitted_only(df, train_max, fit_min)
     several_models_per_k = df.groupby("k")["task"].nunique().max() > 1
@@ -76,7 +75,7 @@ def sparsity_test(sweep_csv, tasks: list[str], train_max: int, out, cfg: dict, s
     permutation p in the panel's title (the scorecard's numbers: same rule, same seeds)."""
     from lengthgen import power, stats
 
-    points = power.claim1_points(read_sweep(sweep_csv), tasks, train_max, cfg)
+    points = power.claim1_points(read_sweep(sweep_csv, tasks), tasks, train_max, cfg)
     schemes = sorted(points["scheme"].unique())
     sns.set_theme(style="whitegrid", context="paper")
     fig, axes = plt.subplots(1, max(1, len(schemes)), figsize=(3.0 * max(1, len(schemes)), 2.8), sharey=True,
@@ -99,8 +98,7 @@ def sparsity_test(sweep_csv, tasks: list[str], train_max: int, out, cfg: dict, s
 def coupling(sweep_csv, tasks: dict, out) -> None:
     """Exact match against test length: one panel per task, one line per scheme, seed band
     (depths averaged within a seed). `tasks`: name -> longest training length."""
-    df = read_sweep(sweep_csv)
-    df = df[df["task"].isin(list(tasks))]
+    df = read_sweep(sweep_csv, list(tasks))
     df = df.groupby(["task", "scheme", "seed", "length"], as_index=False)["accuracy"].mean()
     sns.set_theme(style="whitegrid", context="paper")
     grid = sns.relplot(
