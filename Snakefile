@@ -8,6 +8,9 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
@@ -39,5 +42,6 @@ rule all:
         results("tables/summary.md"),
         results("tables/claims.md"),
         results("provenance.json"),
+        results("tables/claims.html"),
         language_tables(),
         expand(results("figures/{figure}.png"), figure=figures()),

@@ -172,7 +172,7 @@ def test_report_holds_every_figure_and_table_with_captions(smoke_run):
     done = run_snakemake(smoke_run, *SMOKE, "--report", "report.html")
     assert done.returncode == 0, done.stderr[-3000:]
     html = (smoke_run / "report.html").read_text()
-    for name in ("sparse_parity.png", "summary.md", "claims.md"):
+    for name in ("sparse_parity.png", "summary.html", "claims.html", "run.html", "provenance.json"):
         assert name in html, name
     assert "The claims scorecard: each claim of the paper" in html  # a caption, verbatim
     assert len(html) > 100_000  # the figure is embedded, so the file stands alone

@@ -118,6 +118,13 @@ def cmd_figure(a) -> None:
         figures.sparse_parity(a.sweep_csv, a.tasks, max(a.train_max), a.out, a.fit_min)
 
 
+def cmd_report_pages(a) -> None:
+    from lengthgen import report
+
+    out = {"scorecard": a.scorecard_html, "summary": a.summary_html, "run": a.run_html, "config": a.config_yaml}
+    report.write_pages(a.claims, a.summary, a.provenance, a.config, out)
+
+
 def cmd_fetch_corpus(a) -> None:
     from lengthgen.language import corpus
 
@@ -246,6 +253,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--fit-min", type=float, help="sparse_parity: leave out models below this accuracy at train length")
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_figure)
+
+    s = sub.add_parser("report-pages", help="the HTML report's scorecard, summary and run pages")
+    s.add_argument("--claims", required=True, help="claims.csv")
+    s.add_argument("--summary", required=True, help="summary.md")
+    s.add_argument("--provenance", required=True, help="provenance.json")
+    s.add_argument("--config", type=_json, required=True, help="the effective configuration (JSON)")
+    for name in ("scorecard-html", "summary-html", "run-html", "config-yaml"):
+        s.add_argument(f"--{name}", required=True)
+    s.set_defaults(func=cmd_report_pages)
 
     s = sub.add_parser("fetch-corpus", help="fetch the offline default corpus archive (E4)")
     s.add_argument("--out-dir", required=True)

@@ -9,6 +9,7 @@ localrules:
     figure_sparsity_test,
     figure_coupling,
     provenance,
+    report_pages,
 
 
 rule aggregate:
@@ -16,7 +17,7 @@ rule aggregate:
         cell_paths(results("runs/{task}/{scheme}/seed{seed}/sweep.parquet")),
     output:
         csv=results("tables/length_sweep.csv"),
-        md=report(results("tables/summary.md"), caption="../report/summary.rst", category="Tables"),
+        md=results("tables/summary.md"),
     log:
         results("logs/aggregate.log"),
     conda:
@@ -33,7 +34,7 @@ rule claims:
         influence=language_scores(),
     output:
         csv=results("tables/claims.csv"),
-        md=report(results("tables/claims.md"), caption="../report/claims.rst", category="Tables"),
+        md=results("tables/claims.md"),
     log:
         results("logs/claims.log"),
     conda:
@@ -125,7 +126,7 @@ rule provenance:
         cell_paths(results("runs/{task}/{scheme}/seed{seed}/meta.json")),
         language_models("meta.json"),
     output:
-        results("provenance.json"),
+        report(results("provenance.json"), category=RUN_CATEGORY),
     log:
         results("logs/provenance.log"),
     conda:
@@ -134,3 +135,28 @@ rule provenance:
         code=CODE["aggregate"],
     shell:
         "python -m lengthgen provenance --meta {input:q} --out {output:q} 2> {log:q}"
+
+
+# The report's own pages: the scorecard and the summary as HTML tables (the report viewer
+# shows HTML; it only offers Markdown for download), and the effective config with provenance.
+rule report_pages:
+    input:
+        claims=results("tables/claims.csv"),
+        summary=results("tables/summary.md"),
+        provenance=results("provenance.json"),
+    output:
+        scorecard=report(results("tables/claims.html"), caption="../report/claims.rst", category="Scorecard"),
+        summary=report(results("tables/summary.html"), caption="../report/summary.rst", category="Tables"),
+        run=report(results("run.html"), caption="../report/run.rst", category=RUN_CATEGORY),
+        config=report(results("config.yaml"), category=RUN_CATEGORY),
+    log:
+        results("logs/report_pages.log"),
+    params:
+        config=as_json(CONFIG),
+        code=CODE["report"],
+    conda:
+        ENV
+    shell:
+        "python -m lengthgen report-pages --claims {input.claims:q} --summary {input.summary:q}"
+        " --provenance {input.provenance:q} --config {params.config:q} --scorecard-html {output.scorecard:q}"
+        " --summary-html {output.summary:q} --run-html {output.run:q} --config-yaml {output.config:q} 2> {log:q}"

@@ -33,7 +33,8 @@ def results(path):
     return f"{RESULTS}/{path}"
 
 
-ENV = "../../environment.yml"  # one environment for every rule, and for users
+ENV = "../../environment.yml"
+RUN_CATEGORY = "Configuration and provenance"  # the report's category of the run's record  # one environment for every rule, and for users
 
 # Digests of the source files each stage imports: an edit in src/ reruns exactly the rules
 # whose stage reads the edited file (Snakemake only sees rule code and params).
@@ -45,6 +46,7 @@ CODE = {
         "evaluate": "evaluate",
         "aggregate": "aggregate",
         "claims": "claims",
+        "report": "report",
         "figures": "figures",
         "corpus": "language.corpus",
         "tokenizer": "language.tokenizer",

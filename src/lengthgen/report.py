@@ -1,0 +1,132 @@
+"""The HTML report's own pages: the claims scorecard and the summary as HTML tables (the report
+viewer shows HTML and images, and only offers Markdown, YAML or JSON for download), and the
+run's effective configuration beside its provenance.
+
+Each page stands alone. Its styles apply only inside its own `lengthgen` element, so the
+scorecard can also be inlined into the report's landing page without restyling the viewer.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+import yaml
+
+from lengthgen.aggregate import read_table
+from lengthgen.errors import UserError
+from lengthgen.fileio import write_text
+
+CLAIMS_COLUMNS = ["claim", "check", "value", "threshold", "result", "detail"]
+RESULTS = ("PASS", "FAIL", "INCONCLUSIVE", "N/A")  # the scorecard's verdicts, in the tally's order
+
+STYLE = """\
+.lengthgen { font: 14px/1.4 system-ui, sans-serif; color: #111; }
+.lengthgen table { border-collapse: collapse; margin: 0.4em 0 1.2em; }
+.lengthgen th, .lengthgen td { border: 1px solid #d0d4da; padding: 2px 7px; text-align: left; vertical-align: top; }
+.lengthgen th { background: #f1f3f5; }
+.lengthgen td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.lengthgen td.result { font-weight: 700; text-align: center; white-space: nowrap; }
+.lengthgen .pass { background: #c6efce; color: #0b5d1e; }
+.lengthgen .fail { background: #ffc7ce; color: #9c0006; }
+.lengthgen .inconclusive { background: #ffeb9c; color: #6b5200; }
+.lengthgen .na { background: #e9ecef; color: #495057; }
+.lengthgen .tally span { display: inline-block; padding: 1px 8px; margin-right: 6px; font-weight: 700; }
+.lengthgen pre { background: #f8f9fa; border: 1px solid #d0d4da; padding: 8px; overflow-x: auto; font-size: 12px; }
+/* inlined into the report's landing page: room for the table beside the rule graph */
+.prose:has(.lengthgen) { max-width: 62rem; }
+"""
+
+
+def result_class(result: str) -> str:
+    return {"PASS": "pass", "FAIL": "fail", "INCONCLUSIVE": "inconclusive"}.get(result, "na")
+
+
+def _page(title: str, body: str) -> str:
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
+            f"<style>\n{STYLE}</style>\n</head>\n<body>\n<div class=\"lengthgen\">\n{body}</div>\n</body>\n</html>\n")
+
+
+def _table(header: list[str], rows: list[list[tuple[str, str]]], css: str = "") -> str:
+    """`rows`: cells as (text, class); text is escaped here."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "\n".join("<tr>" + "".join(f'<td class="{c}">{html.escape(t)}</td>' if c else f"<td>{html.escape(t)}</td>"
+                                      for t, c in row) + "</tr>" for row in rows)
+    return f'<table class="{css}">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>\n'
+
+
+def scorecard(claims_csv) -> str:
+    """The scorecard as an HTML page: a tally of the verdicts, then one row per check, its
+    result cell coloured (PASS green, FAIL red, INCONCLUSIVE amber, N/A grey)."""
+    df = read_table(claims_csv, CLAIMS_COLUMNS, "the claims scorecard", dtype=str, keep_default_na=False)
+    counts = df["result"].value_counts()
+    tally = "".join(f'<span class="{result_class(r)}">{counts.get(r, 0)} {r}</span>' for r in RESULTS)
+    rows = [[(r.claim, ""), (r.check, ""), (r.value, "num"), (r.threshold, "num"),
+             (r.result, f"result {result_class(r.result)}"), (r.detail, "")] for r in df.itertuples()]
+    body = (f'<h2>Claims scorecard</h2>\n<p class="tally">{tally}</p>\n'
+            + _table(CLAIMS_COLUMNS, rows, css="scorecard"))
+    return _page("Claims scorecard", body)
+
+
+_CELL = re.compile(r"^(\d+(?:\.\d+)?) ± ")
+
+
+def summary(summary_md) -> str:
+    """summary.md (headings and pipe tables, as aggregate.summary_markdown writes it) as HTML;
+    each accuracy cell is shaded by its mean, so that where a scheme breaks down shows at once."""
+    parts, table = [], []
+
+    def flush():
+        if table:
+            header, *rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table
+                             if not re.fullmatch(r"\|(?:-+\|)+", line.strip())]
+            parts.append(_table(header, [[(c, _shade(c)) for c in row] for row in rows], css="summary"))
+            table.clear()
+
+    with open(summary_md, encoding="utf-8") as f:
+        for line in f.read().splitlines():
+            if line.startswith("|"):
+                table.append(line)
+                continue
+            flush()
+            if m := re.match(r"^(#{1,3}) (.*)", line):
+                level = len(m.group(1)) + 1  # the page's title is h1
+                parts.append(f"<h{level}>{html.escape(m.group(2))}</h{level}>\n")
+            elif line.strip():
+                parts.append(f"<p>{html.escape(line)}</p>\n")
+    flush()
+    return _page("Length sweep summary", "".join(parts))
+
+
+def _shade(cell: str) -> str:
+    """A class by mean accuracy: >= 0.9 pass-green, <= 0.6 fail-red, between amber."""
+    m = _CELL.match(cell)
+    if not m:
+        return ""
+    mean = float(m.group(1))
+    return "num " + ("pass" if mean >= 0.9 else "fail" if mean <= 0.6 else "inconclusive")
+
+
+def run_page(config: dict, provenance_json) -> tuple[str, str]:
+    """(the effective configuration as YAML, an HTML page of it and of the provenance record)."""
+    config_yaml = yaml.safe_dump(config, sort_keys=False, default_flow_style=None, width=100)
+    with open(provenance_json, encoding="utf-8") as f:
+        try:
+            provenance = json.dumps(json.load(f), indent=2, sort_keys=True)
+        except json.JSONDecodeError as err:
+            raise UserError(f"{provenance_json}: not JSON ({err.msg}), expected the provenance record") from None
+    body = ("<h2>Effective configuration</h2>\n<p>The configuration files merged, with every default "
+            f"filled in, as the rules saw it.</p>\n<pre>{html.escape(config_yaml)}</pre>\n"
+            "<h2>Provenance</h2>\n<p>The commit, library versions and devices of the runs behind these "
+            f"results (provenance.json).</p>\n<pre>{html.escape(provenance)}</pre>\n")
+    return config_yaml, _page("Configuration and provenance", body)
+
+
+def write_pages(claims_csv, summary_md, provenance_json, config: dict, out: dict) -> None:
+    """out: scorecard, summary, run (HTML pages) and config (YAML) -> path."""
+    config_yaml, run_html = run_page(config, provenance_json)
+    write_text(out["scorecard"], scorecard(claims_csv))
+    write_text(out["summary"], summary(summary_md))
+    write_text(out["run"], run_html)
+    write_text(out["config"], config_yaml)

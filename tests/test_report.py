@@ -1,0 +1,127 @@
+"""The report's own pages (lengthgen.report): the scorecard and the summary as HTML tables with
+their verdicts coloured, the run's configuration and provenance; a bad input ends in one line."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+
+import pytest
+import yaml
+from conftest import error_lines, run_lengthgen
+
+from lengthgen import report
+
+CLAIMS = """\
+claim,check,value,threshold,result,detail
+1 sparsity,"rope at n=96 (8x): Spearman(k, accuracy)",-1.0000,<= -0.8,PASS,"k=1: 1.000, k=2: 0.820"
+1 sparsity,rope at n=96 (8x): accuracy(k=1) - accuracy(k=3),0.0527,>= 0.3,FAIL,k=1 <b>bold</b>
+2 coupling,ppc - best index scheme,0.2100,>= 0.3,INCONCLUSIVE,seeds disagree
+3 language,influential tokens in natural language (E4): not in this grid,,-,N/A,no task
+"""
+
+
+class Tables(HTMLParser):
+    """Every <table>'s rows as lists of (cell text, cell class); and the page's text."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self.text, self._cell = [], [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append({"class": dict(attrs).get("class", ""), "rows": []})
+        elif tag == "tr" and self.tables:
+            self.tables[-1]["rows"].append([])
+        elif tag in ("td", "th") and self.tables:
+            self._cell = [[], dict(attrs).get("class", "")]
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1]["rows"][-1].append(("".join(self._cell[0]).strip(), self._cell[1]))
+            self._cell = None
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._cell is not None:
+            self._cell[0].append(data)
+
+
+def parse(html: str) -> Tables:
+    parser = Tables()
+    parser.feed(html)
+    return parser
+
+
+def test_scorecard_is_a_table_with_every_row_and_a_coloured_verdict(tmp_path):
+    (tmp_path / "claims.csv").write_text(CLAIMS)
+    page = parse(report.scorecard(tmp_path / "claims.csv"))
+    [table] = [t for t in page.tables if t["class"] == "scorecard"]
+    header, *rows = table["rows"]
+    assert [c for c, _ in header] == ["claim", "check", "value", "threshold", "result", "detail"]
+    assert len(rows) == len(CLAIMS.splitlines()) - 1
+    assert [c for c, _ in rows[0]] == ["1 sparsity", "rope at n=96 (8x): Spearman(k, accuracy)", "-1.0000", "<= -0.8",
+                                       "PASS", "k=1: 1.000, k=2: 0.820"]
+    assert [row[4] for row in rows] == [("PASS", "result pass"), ("FAIL", "result fail"),
+                                        ("INCONCLUSIVE", "result inconclusive"), ("N/A", "result na")]
+    assert rows[1][5][0] == "k=1 <b>bold</b>"  # text from the table is escaped, never markup
+    assert rows[3][2][0] == ""  # an unmeasured value stays empty, not "nan"
+    text = "".join(page.text)
+    assert "1 PASS" in text and "1 FAIL" in text and "1 INCONCLUSIVE" in text and "1 N/A" in text
+
+
+def test_summary_tables_keep_every_cell_and_shade_by_mean(tmp_path):
+    md = tmp_path / "summary.md"
+    md.write_text("# Length sweep: exact match (mean ± std over seeds)\n\n\n## task_a\n\n"
+                  "| scheme | k | n=12 | n=24 |\n|---|---|---|---|\n"
+                  "| nope | 1 | 1.000 ± 0.000 | 0.750 ± 0.100 |\n| rope | 1 | 0.500 ± 0.020 |  |\n\n"
+                  "## task_b\n\n| scheme | n=8 |\n|---|---|\n| ppc | 0.950 ± 0.010 |\n")
+    page = parse(report.summary(md))
+    assert [t["class"] for t in page.tables] == ["summary", "summary"]
+    a, b = (t["rows"] for t in page.tables)
+    assert [c for c, _ in a[0]] == ["scheme", "k", "n=12", "n=24"]
+    assert a[1] == [("nope", ""), ("1", ""), ("1.000 ± 0.000", "num pass"), ("0.750 ± 0.100", "num inconclusive")]
+    assert a[2] == [("rope", ""), ("1", ""), ("0.500 ± 0.020", "num fail"), ("", "")]
+    assert b == [[("scheme", ""), ("n=8", "")], [("ppc", ""), ("0.950 ± 0.010", "num pass")]]
+    assert "task_a" in "".join(page.text) and "task_b" in "".join(page.text)
+
+
+def test_run_page_holds_the_effective_config_and_provenance(tmp_path):
+    (tmp_path / "provenance.json").write_text('{"git_commit": "abc123", "torch": "2.13.0+cpu"}')
+    config = {"results_dir": "results-x", "seeds": [0, 1], "tasks": [{"name": "t", "params": {"k": 2}}]}
+    config_yaml, page = report.run_page(config, tmp_path / "provenance.json")
+    assert yaml.safe_load(config_yaml) == config
+    text = "".join(parse(page).text)
+    assert "results_dir: results-x" in text and '"git_commit": "abc123"' in text
+
+
+def _pages_args(tmp_path, claims, provenance) -> list:
+    (tmp_path / "summary.md").write_text("# Length sweep\n")
+    return ["report-pages", "--claims", claims, "--summary", tmp_path / "summary.md", "--provenance", provenance,
+            "--config", json.dumps({"seeds": [0]}), "--scorecard-html", tmp_path / "out/claims.html",
+            "--summary-html", tmp_path / "out/summary.html", "--run-html", tmp_path / "out/run.html",
+            "--config-yaml", tmp_path / "out/config.yaml"]
+
+
+@pytest.mark.parametrize(("case", "claims", "provenance", "needle"), [
+    ("empty_scorecard", "", "{}", "claims.csv: empty file"),
+    ("sweep_as_scorecard", "task,scheme,seed\nx,y,0\n", "{}", "claims.csv: not the claims scorecard"),
+    ("broken_provenance", CLAIMS, "{not json", "provenance.json: not JSON"),
+])
+def test_report_pages_of_bad_input_end_in_one_line(tmp_path, case, claims, provenance, needle):
+    (tmp_path / "claims.csv").write_text(claims)
+    (tmp_path / "provenance.json").write_text(provenance)
+    proc = run_lengthgen(*_pages_args(tmp_path, tmp_path / "claims.csv", tmp_path / "provenance.json"), cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    [line] = error_lines(proc.stderr)
+    assert needle in line
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_report_pages_write_all_four(tmp_path):
+    (tmp_path / "claims.csv").write_text(CLAIMS)
+    (tmp_path / "provenance.json").write_text("{}")
+    proc = run_lengthgen(*_pages_args(tmp_path, tmp_path / "claims.csv", tmp_path / "provenance.json"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["claims.html", "config.yaml", "run.html",
+                                                                     "summary.html"]
