@@ -26,6 +26,7 @@ STYLE = """\
 .lengthgen table { border-collapse: collapse; margin: 0.4em 0 1.2em; }
 .lengthgen th, .lengthgen td { border: 1px solid #d0d4da; padding: 2px 7px; text-align: left; vertical-align: top; }
 .lengthgen th { background: #f1f3f5; }
+.lengthgen table.scorecard td:first-child { white-space: nowrap; }
 .lengthgen td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .lengthgen td.result { font-weight: 700; text-align: center; white-space: nowrap; }
 .lengthgen .pass { background: #c6efce; color: #0b5d1e; }
@@ -34,8 +35,10 @@ STYLE = """\
 .lengthgen .na { background: #e9ecef; color: #495057; }
 .lengthgen .tally span { display: inline-block; padding: 1px 8px; margin-right: 6px; font-weight: 700; }
 .lengthgen pre { background: #f8f9fa; border: 1px solid #d0d4da; padding: 8px; overflow-x: auto; font-size: 12px; }
-/* inlined into the report's landing page: room for the table beside the rule graph */
+/* Inlined into the report's landing page: room for the table beside the rule graph, and the
+   viewer's centred pane starts at the top, or a long scorecard would push the title out of reach. */
 .prose:has(.lengthgen) { max-width: 62rem; }
+.h-screen.overflow-auto:has(.lengthgen) { align-items: flex-start; }
 """
 
 
