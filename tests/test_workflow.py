@@ -184,3 +184,31 @@ def test_paper_grid_is_valid_and_plans_over_a_thousand_jobs(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     total = re.search(r"^total\s+(\d+)$", done.stdout + done.stderr, re.M)
     assert total and int(total.group(1)) >= 1000, (done.stdout + done.stderr)[-2000:]
+
+
+def test_load_model_gives_the_trained_cell_that_scored_the_sweep(smoke_run):
+    """lengthgen.load_model's model, decoding the test set itself, reproduces the sweep's
+    accuracy for that cell, and says what it was trained as."""
+    import numpy as np
+    import torch
+
+    import lengthgen
+    from lengthgen import datasets, decode
+
+    results = smoke_run / SMOKE_RESULTS
+    model = lengthgen.load_model(results / "runs/smoke_k1/nope/seed0/model.pt")
+    assert not model.training and model.cell["task"] == model.task["task"] == "smoke_k1"
+    assert model.cell["scheme"] == "nope" and model.cell["seed"] == 0 and model.info["steps"] > 0
+    table, meta = datasets.read(results / "data/smoke_k1/test.parquet")
+    assert "<eos>" not in meta["vocab"]
+    arrays = datasets.padded(table)
+    sweep = lengthgen.load_sweep(results).query("task == 'smoke_k1' and scheme == 'nope' and seed == 0")
+    for length, expected in zip(sweep["length"], sweep["accuracy"], strict=True):
+        idx = np.flatnonzero(arrays["length"] == length)
+        p, end = int(arrays["answer_start"][idx[0]]), int(arrays["seq_len"][idx[0]])
+        tokens = torch.from_numpy(arrays["tokens"][idx, :end])
+        ids = torch.arange(end).expand_as(tokens)
+        with torch.no_grad():
+            out, _ = decode.generate(model, tokens[:, :p], ids[:, :p], end - p, model.cell["scheme_options"],
+                                     eos=-1, oracle_ids=ids[:, p:])  # sparse parity: no <eos>
+        assert round(float((out == tokens[:, p:]).all(1).float().mean()), 4) == expected, length
