@@ -137,13 +137,14 @@ FIGURES = ("figure_sparse_parity", "figure_sparsity_test", "figure_coupling")
     ("relpath", "expected"),
     [
         ("src/lengthgen/model.py", {"train", "length_sweep", "aggregate", "claims", *FIGURES, "provenance", "train_lm",
-                                    "score_influence", "influence_report", "all"}),
-        ("src/lengthgen/language/influence.py", {"score_influence", "influence_report", "claims", "all"}),
+                                    "score_influence", "influence_report", "report_pages", "all"}),
+        ("src/lengthgen/language/influence.py", {"score_influence", "influence_report", "claims", "report_pages",
+                                                 "all"}),
         ("src/lengthgen/language/report.py", {"influence_report", "all"}),
         ("src/lengthgen/figures.py", {*FIGURES, "all"}),
-        ("src/lengthgen/decode.py", {"length_sweep", "aggregate", "claims", *FIGURES, "all"}),
+        ("src/lengthgen/decode.py", {"length_sweep", "aggregate", "claims", *FIGURES, "report_pages", "all"}),
         ("src/lengthgen/tasks/sparse_parity.py", {"generate_dataset", "train", "length_sweep", "aggregate", "claims",
-                                                  *FIGURES, "provenance", "all"}),
+                                                  *FIGURES, "provenance", "report_pages", "all"}),
     ],
 )
 def test_code_edit_reruns_exactly_its_stages(smoke_run, relpath, expected):
