@@ -89,23 +89,25 @@ def render(browser: str, page, tmp_path, *args) -> subprocess.CompletedProcess:
     return done
 
 
-def scorecard_rows(dom: str) -> list[list[tuple[str, str]]]:
+def scorecard_rows(dom: str) -> list[dict[str, tuple[str, str]]]:
+    """The scorecard table's rows: column name -> (cell text, cell class)."""
     tables = [t["rows"] for t in parse(dom).tables if t["class"] == "scorecard"]
     assert len(tables) == 1, f"{len(tables)} scorecard tables in the page"
-    return tables[0][1:]
+    header, *rows = tables[0]
+    return [dict(zip([name for name, _ in header], row, strict=True)) for row in rows]
 
 
 def assert_rows_match(rows, claims_csv) -> None:
-    """Every check of claims.csv is a row of the page with its text, value, threshold and
-    verdict, the verdict's cell coloured by its class."""
+    """Every check of claims.csv is a row of the page, in order, with its text, value, threshold,
+    result and detail, the result's cell coloured by its class."""
     with open(claims_csv, newline="") as f:
-        expected = [[r["claim"], r["check"], r["value"], r["threshold"], r["result"], r["detail"]]
-                    for r in csv.DictReader(f)]
-    assert expected
-    assert [[text for text, _ in row] for row in rows] == expected
-    for row in rows:
-        text, css = row[4]
-        assert css == f"result {({'N/A': 'na'}).get(text, text.lower())}", row
+        expected = list(csv.DictReader(f))
+    assert expected and len(rows) == len(expected)
+    for row, want in zip(rows, expected, strict=True):
+        for column in ("claim", "check", "value", "threshold", "result", "detail"):
+            assert row[column][0] == want[column], (column, row, want)
+        result_class = {"N/A": "na"}.get(want["result"], want["result"].lower())
+        assert row["result"][1] == f"result {result_class}", row
 
 
 @pytest.mark.parametrize("results", ["results", SMOKE_RESULTS])

@@ -13,11 +13,17 @@ from conftest import error_lines, run_lengthgen
 from lengthgen import report
 
 CLAIMS = """\
+claim,check,value,ci_low,ci_high,p,n,threshold,result,detail
+1 sparsity,"rope at n=96 (8x): Spearman(k, accuracy)",-1.0000,-1.0000,-0.8000,0.0010,24,<= -0.8,PASS,"k=1: 1.000"
+1 sparsity,rope at n=96 (8x): accuracy(k=1) - accuracy(k=3),0.0527,,,,0,>= 0.3,FAIL,k=1 <b>bold</b>
+2 coupling,ppc - best index scheme,0.2100,0.0500,0.4000,,8,>= 0.3,INCONCLUSIVE,seeds disagree
+2 coupling,ppc at n=8: exact match,0.9000,,,,8,-,descriptive,the numbers behind it
+3 language,influential tokens in natural language (E4): not in this grid,,,,,0,-,N/A,no task
+"""
+# A scorecard without statistical tests (no interval, p or n), as older runs wrote.
+PLAIN_CLAIMS = """\
 claim,check,value,threshold,result,detail
-1 sparsity,"rope at n=96 (8x): Spearman(k, accuracy)",-1.0000,<= -0.8,PASS,"k=1: 1.000, k=2: 0.820"
-1 sparsity,rope at n=96 (8x): accuracy(k=1) - accuracy(k=3),0.0527,>= 0.3,FAIL,k=1 <b>bold</b>
-2 coupling,ppc - best index scheme,0.2100,>= 0.3,INCONCLUSIVE,seeds disagree
-3 language,influential tokens in natural language (E4): not in this grid,,-,N/A,no task
+1 sparsity,every model fits at n=12 (1x): smallest accuracy,1.0000,>= 0.95,PASS,27 of 27 models
 """
 
 
@@ -54,20 +60,34 @@ def parse(html: str) -> Tables:
 
 
 def test_scorecard_is_a_table_with_every_row_and_a_coloured_verdict(tmp_path):
+    from lengthgen.claims import verdict
+
     (tmp_path / "claims.csv").write_text(CLAIMS)
     page = parse(report.scorecard(tmp_path / "claims.csv"))
     [table] = [t for t in page.tables if t["class"] == "scorecard"]
     header, *rows = table["rows"]
-    assert [c for c, _ in header] == ["claim", "check", "value", "threshold", "result", "detail"]
+    assert [c for c, _ in header] == ["claim", "check", "value", "95% CI", "p", "n", "threshold", "result", "detail"]
     assert len(rows) == len(CLAIMS.splitlines()) - 1
-    assert [c for c, _ in rows[0]] == ["1 sparsity", "rope at n=96 (8x): Spearman(k, accuracy)", "-1.0000", "<= -0.8",
-                                       "PASS", "k=1: 1.000, k=2: 0.820"]
-    assert [row[4] for row in rows] == [("PASS", "result pass"), ("FAIL", "result fail"),
-                                        ("INCONCLUSIVE", "result inconclusive"), ("N/A", "result na")]
-    assert rows[1][5][0] == "k=1 <b>bold</b>"  # text from the table is escaped, never markup
-    assert rows[3][2][0] == ""  # an unmeasured value stays empty, not "nan"
+    assert [c for c, _ in rows[0]] == ["1 sparsity", "rope at n=96 (8x): Spearman(k, accuracy)", "-1.0000",
+                                       "[-1.0000, -0.8000]", "0.0010", "24", "<= -0.8", "PASS", "k=1: 1.000"]
+    assert [row[7] for row in rows] == [("PASS", "result pass"), ("FAIL", "result fail"),
+                                        ("INCONCLUSIVE", "result inconclusive"), ("descriptive", "result descriptive"),
+                                        ("N/A", "result na")]
+    assert rows[1][8][0] == "k=1 <b>bold</b>"  # text from the table is escaped, never markup
+    assert rows[1][3][0] == "" and rows[4][2][0] == ""  # no interval, no value: empty, not "nan"
     text = "".join(page.text)
-    assert "1 PASS" in text and "1 FAIL" in text and "1 INCONCLUSIVE" in text and "1 N/A" in text
+    assert "1 PASS1 FAIL1 INCONCLUSIVE1 N/A1 descriptive" in text
+    records = [{"claim": "1 sparsity", "result": r} for r in ("PASS", "FAIL")]  # the claim's verdict rows
+    assert verdict(records, "1 sparsity").startswith("not reproduced")
+    assert f"claim 1 sparsity: {verdict(records, '1 sparsity')}" in text
+
+
+def test_scorecard_without_statistical_tests_has_no_interval_columns(tmp_path):
+    (tmp_path / "claims.csv").write_text(PLAIN_CLAIMS)
+    [table] = [t for t in parse(report.scorecard(tmp_path / "claims.csv")).tables if t["class"] == "scorecard"]
+    header, row = table["rows"]
+    assert [c for c, _ in header] == ["claim", "check", "value", "threshold", "result", "detail"]
+    assert row[4] == ("PASS", "result pass")
 
 
 def test_summary_tables_keep_every_cell_and_shade_by_mean(tmp_path):

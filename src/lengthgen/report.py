@@ -14,12 +14,14 @@ import re
 
 import yaml
 
+from lengthgen import claims
 from lengthgen.aggregate import read_table
 from lengthgen.errors import UserError
 from lengthgen.fileio import write_text
 
-CLAIMS_COLUMNS = ["claim", "check", "value", "threshold", "result", "detail"]
-RESULTS = ("PASS", "FAIL", "INCONCLUSIVE", "N/A")  # the scorecard's verdicts, in the tally's order
+CLAIMS_COLUMNS = ["claim", "check", "value", "threshold", "result", "detail"]  # what every scorecard has
+# The scorecard's verdicts, in the tally's order; `descriptive` rows show the numbers behind one.
+RESULTS = ("PASS", "FAIL", "INCONCLUSIVE", "N/A", "descriptive")
 
 STYLE = """\
 .lengthgen { font: 14px/1.4 system-ui, sans-serif; color: #111; }
@@ -33,6 +35,8 @@ STYLE = """\
 .lengthgen .fail { background: #ffc7ce; color: #9c0006; }
 .lengthgen .inconclusive { background: #ffeb9c; color: #6b5200; }
 .lengthgen .na { background: #e9ecef; color: #495057; }
+.lengthgen .descriptive { background: #f8f9fa; color: #6c757d; font-weight: 400; }
+.lengthgen ul.verdicts { margin: 0.3em 0 0.8em; padding-left: 1.2em; }
 .lengthgen .tally span { display: inline-block; padding: 1px 8px; margin-right: 6px; font-weight: 700; }
 .lengthgen pre { background: #f8f9fa; border: 1px solid #d0d4da; padding: 8px; overflow-x: auto; font-size: 12px; }
 /* Inlined into the report's landing page: room for the table beside the rule graph, and the
@@ -43,7 +47,8 @@ STYLE = """\
 
 
 def result_class(result: str) -> str:
-    return {"PASS": "pass", "FAIL": "fail", "INCONCLUSIVE": "inconclusive"}.get(result, "na")
+    classes = {"PASS": "pass", "FAIL": "fail", "INCONCLUSIVE": "inconclusive", "descriptive": "descriptive"}
+    return classes.get(result, "na")
 
 
 def _page(title: str, body: str) -> str:
@@ -60,15 +65,28 @@ def _table(header: list[str], rows: list[list[tuple[str, str]]], css: str = "") 
 
 
 def scorecard(claims_csv) -> str:
-    """The scorecard as an HTML page: a tally of the verdicts, then one row per check, its
-    result cell coloured (PASS green, FAIL red, INCONCLUSIVE amber, N/A grey)."""
+    """The scorecard as an HTML page: each claim's verdict line, a tally, then one row per check
+    (its 95% CI, p and n where the scorecard has them), the result cell coloured: PASS green,
+    FAIL red, INCONCLUSIVE amber, N/A grey, descriptive rows plain."""
     df = read_table(claims_csv, CLAIMS_COLUMNS, "the claims scorecard", dtype=str, keep_default_na=False)
-    counts = df["result"].value_counts()
-    tally = "".join(f'<span class="{result_class(r)}">{counts.get(r, 0)} {r}</span>' for r in RESULTS)
-    rows = [[(r.claim, ""), (r.check, ""), (r.value, "num"), (r.threshold, "num"),
-             (r.result, f"result {result_class(r.result)}"), (r.detail, "")] for r in df.itertuples()]
-    body = (f'<h2>Claims scorecard</h2>\n<p class="tally">{tally}</p>\n'
-            + _table(CLAIMS_COLUMNS, rows, css="scorecard"))
+    rows = df.to_dict("records")
+    verdicts = "".join(f"<li><b>claim {html.escape(c)}</b>: {html.escape(claims.verdict(rows, c))}</li>"
+                       for c in sorted(df["claim"].unique()))
+    counts = df["result"].value_counts()  # PASS, FAIL, INCONCLUSIVE always; N/A, descriptive where present
+    tally = "".join(f'<span class="{result_class(r)}">{counts.get(r, 0)} {r}</span>' for r in RESULTS
+                    if r in counts or r in RESULTS[:3])
+    tests = "ci_low" in df.columns  # a scorecard of statistical tests: interval, p and units
+    header = ["claim", "check", "value", *(["95% CI", "p", "n"] if tests else []), "threshold", "result", "detail"]
+
+    def cells(r: dict) -> list[tuple[str, str]]:
+        out = [(r["claim"], ""), (r["check"], ""), (r["value"], "num")]
+        if tests:
+            ci = f"[{r['ci_low']}, {r['ci_high']}]" if r["ci_low"] else ""
+            out += [(ci, "num"), (r["p"], "num"), (r["n"], "num")]
+        return out + [(r["threshold"], "num"), (r["result"], f"result {result_class(r['result'])}"), (r["detail"], "")]
+
+    body = (f'<h2>Claims scorecard</h2>\n<ul class="verdicts">{verdicts}</ul>\n<p class="tally">{tally}</p>\n'
+            + _table(header, [cells(r) for r in rows], css="scorecard"))
     return _page("Claims scorecard", body)
 
 

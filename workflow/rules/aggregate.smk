@@ -151,11 +151,11 @@ rule report_pages:
         config=report(results("config.yaml"), category=RUN_CATEGORY),
     log:
         results("logs/report_pages.log"),
+    conda:
+        ENV
     params:
         config=as_json(CONFIG),
         code=CODE["report"],
-    conda:
-        ENV
     shell:
         "python -m lengthgen report-pages --claims {input.claims:q} --summary {input.summary:q}"
         " --provenance {input.provenance:q} --config {params.config:q} --scorecard-html {output.scorecard:q}"
