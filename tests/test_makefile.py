@@ -27,3 +27,16 @@ def test_runs_that_write_results_clear_a_stale_lock_first(repo):
     dry = subprocess.run(["make", "-n", "run", "paper"], cwd=repo, capture_output=True, text=True).stdout
     runs = [line for line in dry.splitlines() if " --cores " in line]
     assert len(runs) == 2 and all("-m lengthgen.unlock snakemake --cores" in line for line in runs), dry
+
+
+@pytest.mark.parametrize(("config", "results"), [(None, "results"), ("config/smoke.yaml", "results-smoke"),
+                                                 ("config/paper.yaml", "results-paper")])
+def test_targets_follow_the_configuration_and_its_results_dir(repo, config, results):
+    args = ["make", "-n", "run", "report", "diff", "clean"] + ([f"CONFIG={config}"] if config else [])
+    dry = subprocess.run(args, cwd=repo, capture_output=True, text=True).stdout
+    runs = [line for line in dry.splitlines() if "snakemake --cores" in line]
+    assert len(runs) == 2 and all((f"--configfile {config}" in line) == bool(config) for line in runs), dry
+    assert f"--report {results}/report.html" in dry and f"--tables {results}/tables" in dry
+    assert f"rm -rf {results}/data {results}/runs" in dry and f"cat {results}/tables/claims.md" in dry
+    others = {"results", "results-smoke", "results-paper"} - {results}
+    assert not any(re.search(rf"(^|[ /]){o}/", dry, flags=re.M) for o in others), dry
