@@ -28,6 +28,7 @@ STYLE = """\
 .lengthgen table { border-collapse: collapse; margin: 0.4em 0 1.2em; }
 .lengthgen th, .lengthgen td { border: 1px solid #d0d4da; padding: 2px 7px; text-align: left; vertical-align: top; }
 .lengthgen th { background: #f1f3f5; }
+.lengthgen table.scorecard { font-size: 13px; width: 100%; }
 .lengthgen table.scorecard td:first-child { white-space: nowrap; }
 .lengthgen td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .lengthgen td.result { font-weight: 700; text-align: center; white-space: nowrap; }
@@ -40,9 +41,10 @@ STYLE = """\
 .lengthgen .tally span { display: inline-block; padding: 1px 8px; margin-right: 6px; font-weight: 700; }
 .lengthgen pre { background: #f8f9fa; border: 1px solid #d0d4da; padding: 8px; overflow-x: auto; font-size: 12px; }
 /* Inlined into the report's landing page: room for the table beside the rule graph, and the
-   viewer's centred pane starts at the top, or a long scorecard would push the title out of reach. */
-.prose:has(.lengthgen) { max-width: 62rem; }
-.h-screen.overflow-auto:has(.lengthgen) { align-items: flex-start; }
+   viewer's centred pane starts at the top left, or a long or wide scorecard would push the
+   title out of reach. */
+.prose:has(.lengthgen) { max-width: 52rem; }
+.h-screen.overflow-auto:has(.lengthgen) { align-items: flex-start; justify-content: flex-start; }
 """
 
 
@@ -83,7 +85,7 @@ def scorecard(claims_csv) -> str:
         if tests:
             ci = f"[{r['ci_low']}, {r['ci_high']}]" if r["ci_low"] else ""
             out += [(ci, "num"), (r["p"], "num"), (r["n"], "num")]
-        return out + [(r["threshold"], "num"), (r["result"], f"result {result_class(r['result'])}"), (r["detail"], "")]
+        return out + [(r["threshold"], ""), (r["result"], f"result {result_class(r['result'])}"), (r["detail"], "")]
 
     body = (f'<h2>Claims scorecard</h2>\n<ul class="verdicts">{verdicts}</ul>\n<p class="tally">{tally}</p>\n'
             + _table(header, [cells(r) for r in rows], css="scorecard"))
