@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import copy_workflow, make_cell, run_snakemake
+from conftest import SMOKE_RESULTS, copy_workflow, make_cell, run_snakemake
 
 from lengthgen import datasets
 from lengthgen.config import fill_defaults
@@ -146,7 +146,7 @@ def test_sigkill_of_a_stacked_job_then_resume_matches_uninterrupted(tmp_path, da
 def _train_jobs(workdir, seeds, stack, *extra):
     """(rule, wildcards) of the training jobs Snakemake would run for smoke_k1/nope at these seeds."""
     (workdir / "stack.yaml").write_text(f"seeds: {list(seeds)}\nstack: {stack}\n")
-    targets = [f"results/runs/smoke_k1/nope/seed{s}/model.pt" for s in seeds]
+    targets = [f"{SMOKE_RESULTS}/runs/smoke_k1/nope/seed{s}/model.pt" for s in seeds]
     done = run_snakemake(workdir, *extra, "-c1", "--configfile", "config/smoke.yaml", "stack.yaml", "--", *targets)
     assert done.returncode == 0, done.stderr[-3000:]
     return sorted(m for m in re.findall(r"^rule (train\w*):", done.stdout + done.stderr, re.M))
@@ -159,7 +159,7 @@ def test_adding_seeds_adds_blocks_and_leaves_trained_blocks_cached(tmp_path):
     assert _train_jobs(tmp_path, [0, 1, 2], 1, "-n") == ["train"] * 3  # stack 1: one job per model
     assert _train_jobs(tmp_path, [0, 1], 2, "-n") == ["train_seeds_0_1"]
     _train_jobs(tmp_path, [0, 1], 2)  # trains seeds 0 and 1 in one job
-    assert all((tmp_path / f"results/runs/smoke_k1/nope/seed{s}/meta.json").exists() for s in (0, 1))
+    assert all((tmp_path / SMOKE_RESULTS / f"runs/smoke_k1/nope/seed{s}/meta.json").exists() for s in (0, 1))
     assert _train_jobs(tmp_path, [0, 1], 2, "-n") == []
     assert _train_jobs(tmp_path, [0, 1, 2, 3, 4], 2, "-n") == ["train_seeds_2_3", "train_seeds_4"]
     assert _train_jobs(tmp_path, [1, 0, 2, 3], 2, "-n") == ["train_seeds_2_3"]
