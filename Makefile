@@ -11,11 +11,11 @@ SNAKEMAKE := snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG))  
 # The runs that write results: a lock left by a killed run is removed first (lengthgen.unlock).
 RUN := PYTHONPATH=src $(PY) -m lengthgen.unlock $(SNAKEMAKE)
 
-.PHONY: help run test lint paper dryrun report diff bench clean
+.PHONY: help run test lint paper replicate dryrun report diff bench clean
 .DEFAULT_GOAL := help
 
 help:  ## this list
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -41,6 +41,11 @@ lint: $(VENV)/.installed  ## ruff, snakemake --lint and snakefmt --check (CI run
 
 paper: $(VENV)/.installed  ## the paper-scale grid (use a GPU cluster: see README)
 	$(RUN) --configfile config/paper.yaml
+
+replicate: $(VENV)/.installed  ## the default grid on disjoint seeds, its scorecard beside the default's
+	PYTHONPATH=src $(PY) -m lengthgen.unlock snakemake --cores $(CORES) --configfile config/replicate.yaml $(FRESH)
+	PYTHONPATH=src $(PY) -m lengthgen replicate --main results/tables/claims.csv \
+		--other results-replicate/tables/claims.csv --out results-replicate/tables/replication.md
 
 report: $(VENV)/.installed  ## self-contained HTML report of the last run
 	$(SNAKEMAKE) --report $(RESULTS)/report.html
