@@ -8,7 +8,6 @@ import shlex
 
 from lengthgen.stacked import blocks as seed_blocks
 
-
 if CONFIG["stack"] == 1:
 
     rule train:
@@ -51,8 +50,6 @@ else:
         rule:
             name:
                 f"train_seeds_{_seeds.replace('-', '_')}"
-            wildcard_constraints:
-                task="|".join(re.escape(t) for t in _tasks),
             input:
                 results("data/{task}/train.parquet"),
             output:
@@ -63,15 +60,15 @@ else:
                 results(f"logs/train/{{task}}/{{scheme}}/seeds{_seeds}.log"),
             benchmark:
                 results(f"benchmarks/train/{{task}}/{{scheme}}/seeds{_seeds}.tsv")
+            wildcard_constraints:
+                task="|".join(re.escape(t) for t in _tasks),
             conda:
                 ENV
             threads: CONFIG["threads"]
             resources:
                 gpu=GPU,
             params:
-                cells=lambda w, block=_block: as_json(
-                    [lgconfig.cell_slice(CONFIG, w.task, w.scheme, s) for s in block]
-                ),
+                cells=lambda w, block=_block: as_json([lgconfig.cell_slice(CONFIG, w.task, w.scheme, s) for s in block]),
                 checkpoint=results(f"checkpoints/{{task}}/{{scheme}}/seeds{_seeds}/last.pt"),
                 out_dirs=lambda w, output: " ".join(shlex.quote(str(Path(m).parent)) for m in output.models),
                 code=stage_digest("lengthgen.stacked"),
