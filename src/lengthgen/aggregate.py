@@ -12,6 +12,7 @@ import subprocess
 import numpy as np
 import pandas as pd
 
+from lengthgen import identity
 from lengthgen.errors import UserError
 from lengthgen.fileio import atomic_path, canonical_json, write_text
 
@@ -59,9 +60,45 @@ def read_sweep(path, tasks=None) -> pd.DataFrame:
     return df[df["task"].isin(tasks)]
 
 
-def collect(sweep_paths) -> pd.DataFrame:
-    """All sweeps in one long table; a task without k (or depth) leaves that column empty."""
-    df = pd.concat([pd.read_parquet(p) for p in sweep_paths], ignore_index=True)
+def sweep_identity(path) -> str | None:
+    """The identity token a sweep records (lengthgen.evaluate), None if it records none."""
+    import pyarrow.parquet as pq
+
+    value = (pq.read_schema(path).metadata or {}).get(identity.SWEEP_KEY)
+    return value.decode() if value else None
+
+
+def _cells_of(df: pd.DataFrame) -> list[str]:
+    """`task/scheme/seed<n>` of each cell a sweep has rows of."""
+    cells = df[["task", "scheme", "seed"]].drop_duplicates().itertuples(index=False)
+    return [identity.cell_key(*cell) for cell in cells]
+
+
+def check_cells(sweep_paths, frames: list[pd.DataFrame], expected=None) -> None:
+    """Each cell's rows come from one sweep, and (with `expected`, one identity token per path)
+    each sweep is of the cell it is read for: a sweep of another cell would count that cell twice
+    in the means and drop its own."""
+    seen = {}
+    for path, df in zip(sweep_paths, frames, strict=True):
+        for cell in _cells_of(df):
+            if cell in seen:
+                raise UserError(f"{path}: holds rows of {cell}, and so does {seen[cell]}; each cell's rows must "
+                                "come from its own sweep: delete the misplaced sweep (or model.pt) and rerun")
+            seen[cell] = path
+    for path, df, token in zip(sweep_paths, frames, expected or [None] * len(frames), strict=True):
+        held = sweep_identity(path)
+        if held is not None and _cells_of(df) != [identity.key(held)]:
+            raise UserError(f"{path}: rows of {', '.join(_cells_of(df))} in a sweep of {identity.describe(held)}; "
+                            "delete it and rerun its sweep")
+        identity.check(path, held, token, "the sweep", "delete it and rerun the workflow to redo this cell's sweep")
+
+
+def collect(sweep_paths, expected=None) -> pd.DataFrame:
+    """All sweeps in one long table; a task without k (or depth) leaves that column empty.
+    `expected`: the identity token of the cell each sweep is for (lengthgen.identity)."""
+    frames = [pd.read_parquet(p) for p in sweep_paths]
+    check_cells(sweep_paths, frames, expected)
+    df = pd.concat(frames, ignore_index=True)
     for axis in AXES:
         if axis in df.columns:
             df[axis] = df[axis].astype("Int32")
@@ -107,8 +144,8 @@ def _cell(row) -> str:
     return f"{row['mean']:.3f} ± {row['std']:.3f} [{row['test_se']:.3f}]"
 
 
-def aggregate(sweep_paths, csv_out, md_out) -> pd.DataFrame:
-    df = collect(sweep_paths)
+def aggregate(sweep_paths, csv_out, md_out, expected=None) -> pd.DataFrame:
+    df = collect(sweep_paths, expected)
     write_csv(df, csv_out)
     write_text(md_out, summary_markdown(summarize(df)))
     return df

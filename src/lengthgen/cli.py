@@ -21,6 +21,16 @@ def _json(text: str):
         raise argparse.ArgumentTypeError(f"not valid JSON ({err.msg})") from None
 
 
+def _identity(text: str) -> str:
+    """A cell's identity token (lengthgen.identity), checked for its form."""
+    from lengthgen import identity
+
+    try:
+        return identity.check_token(text, "cell identity")
+    except UserError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -67,13 +77,15 @@ def cmd_sweep(a) -> None:
     from lengthgen import evaluate
 
     _require(a.eval, ("device", "threads", "batch_size"), "--eval")
-    evaluate.length_sweep(a.model, a.data, a.out, a.eval, log=_log)
+    evaluate.length_sweep(a.model, a.data, a.out, a.eval, log=_log, expect=a.expect)
 
 
 def cmd_aggregate(a) -> None:
     from lengthgen import aggregate
 
-    aggregate.aggregate(a.sweeps, a.csv, a.md)
+    if a.expect is not None and len(a.expect) != len(a.sweeps):
+        raise UserError(f"--expect: {len(a.expect)} cell identities for {len(a.sweeps)} sweeps")
+    aggregate.aggregate(a.sweeps, a.csv, a.md, expected=a.expect)
 
 
 def cmd_provenance(a) -> None:
@@ -224,10 +236,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--data", required=True)
     s.add_argument("--eval", type=_json, required=True)
     s.add_argument("--out", required=True)
+    # the workflow always passes it; optional for a sweep run by hand
+    s.add_argument("--expect", type=_identity, help="the cell the model must be: task/scheme/seed<n>@config")
     s.set_defaults(func=cmd_sweep)
 
     s = sub.add_parser("aggregate", help="collect sweeps into results/tables")
     s.add_argument("--sweeps", nargs="+", required=True)
+    s.add_argument("--expect", nargs="+", type=_identity, help="each sweep's cell identity, in the order of --sweeps")
     s.add_argument("--csv", required=True)
     s.add_argument("--md", required=True)
     s.set_defaults(func=cmd_aggregate)

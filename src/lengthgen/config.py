@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from lengthgen import tasks
+from lengthgen import identity, tasks
 from lengthgen.errors import UserError
 
 
@@ -219,6 +219,11 @@ def cell_slice(config: dict, task_name: str, scheme: str, seed: int) -> dict:
         "gpu": uses_gpu(config),  # what `auto` will resolve to: numerics differ on CUDA (bf16)
         "threads": config["threads"],
     }
+
+
+def cell_token(config: dict, task_name: str, scheme: str, seed: int) -> str:
+    """The identity a cell's checkpoint and sweep must record (lengthgen.identity)."""
+    return identity.of_cell(cell_slice(config, task_name, scheme, seed))
 
 
 def lm_slice(config: dict, name: str) -> dict:

@@ -1,7 +1,8 @@
 """Length sweep: accuracy of one trained cell on fixed test sets at every length.
 
 The model's configuration comes from its checkpoint, never from the command line, and
-the test set must be of the task the model was trained on.
+the test set must be of the task the model was trained on. The checkpoint must be the cell's
+the rule runs for (`expect`); the sweep records that identity for aggregation to check.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lengthgen import datasets, decode, tasks
+from lengthgen import datasets, decode, identity, tasks
 from lengthgen import device as devices
 from lengthgen.errors import UserError
 from lengthgen.fileio import write_parquet
@@ -70,12 +71,22 @@ def _group_metrics(model, arrays: dict, idx: np.ndarray, opts: dict, eos: int, b
     }
 
 
+def held_identity(ckpt: dict) -> str | None:
+    """The identity token of the cell a checkpoint was trained as (None if it records none)."""
+    cell = ckpt.get("cell")
+    return identity.of_cell(cell) if isinstance(cell, dict) else None
+
+
 @torch.no_grad()
-def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print) -> None:
+def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print, expect: str | None = None) -> None:
     """Write one row per test group (length, k or depth) with exact match (`accuracy`), token
-    accuracy and, for a position head, the accuracy of the IDs it fed back, all decoded."""
+    accuracy and, for a position head, the accuracy of the IDs it fed back, all decoded.
+    `expect`: the identity token of the cell this sweep is for; the checkpoint must hold it."""
     dev = devices.resolve(eval_cfg["device"], eval_cfg["threads"])
     model, ckpt = load_model(model_path, dev)
+    held = held_identity(ckpt)
+    # the rows take task, scheme and seed from the checkpoint: another cell's would be counted as it
+    identity.check(model_path, held, expect, "the model", "delete it and rerun the workflow to retrain this cell")
     table, meta = datasets.read(data_path)
     _check_match(ckpt, meta, model_path, data_path)
     cell = ckpt["cell"]
@@ -96,4 +107,4 @@ def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print) -> None:
     columns = {name: [row[name] for row in rows] for name in [*cell_axes, *group, "examples"]}
     for name in ("accuracy", "token_accuracy", "position_accuracy"):  # float even when all NaN
         columns[name] = np.array([row[name] for row in rows], dtype=np.float64)
-    write_parquet(out, columns)
+    write_parquet(out, columns, metadata={identity.SWEEP_KEY: held.encode()})

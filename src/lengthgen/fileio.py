@@ -35,8 +35,9 @@ def write_text(path, text: str) -> None:
         tmp.write_text(text)
 
 
-def write_parquet(path, columns: dict) -> None:
-    """Write equal-length columns (name -> list or array) as one Parquet table, all or nothing.
+def write_parquet(path, columns: dict, metadata: dict[bytes, bytes] | None = None) -> None:
+    """Write equal-length columns (name -> list or array) as one Parquet table, all or nothing;
+    `metadata` goes into the schema's key-value metadata, beside the columns.
 
     pyarrow alone: the training and sweep jobs need no pandas, whose import is 0.35-0.8 s of
     each of a hundred short jobs (importing pyarrow too, against torch alone)."""
@@ -45,4 +46,7 @@ def write_parquet(path, columns: dict) -> None:
 
     with atomic_path(path) as tmp:
         # from_pandas: NaN is written as null, as pandas' to_parquet did before
-        pq.write_table(pa.table({name: pa.array(values, from_pandas=True) for name, values in columns.items()}), tmp)
+        table = pa.table({name: pa.array(values, from_pandas=True) for name, values in columns.items()})
+        if metadata:
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+        pq.write_table(table, tmp)

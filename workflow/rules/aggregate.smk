@@ -23,9 +23,11 @@ rule aggregate:
     conda:
         ENV
     params:
+        expect=cell_tokens(),  # each sweep's cell, in the order of the inputs
         code=CODE["aggregate"],
     shell:
-        "python -m lengthgen aggregate --sweeps {input:q} --csv {output.csv:q} --md {output.md:q} 2> {log:q}"
+        "python -m lengthgen aggregate --sweeps {input:q} --expect {params.expect:q} --csv {output.csv:q}"
+        " --md {output.md:q} 2> {log:q}"
 
 
 rule claims:

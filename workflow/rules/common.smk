@@ -101,6 +101,12 @@ def cell_paths(pattern):
     return [pattern.format(task=t, scheme=s, seed=seed) for t, s, seed in cells()]
 
 
+def cell_tokens():
+    """The identity each cell's checkpoint and sweep must record (lengthgen.identity), in the
+    order of cells()."""
+    return [lgconfig.cell_token(CONFIG, t, s, seed) for t, s, seed in cells()]
+
+
 def tasks_of(kind):
     return [t["name"] for t in CONFIG["tasks"] if t["kind"] == kind]
 
