@@ -24,6 +24,7 @@ if CONFIG["language"]:
 
 
 onstart:
+    check_machine()
     start_warm()
 
 

@@ -171,6 +171,38 @@ def load_yaml(path) -> dict:
         raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
 
 
+# Rules whose jobs run torch on config["device"]; with `stack` > 1 training is train_seeds_<block>.
+DEVICE_RULES = ("train", "length_sweep", "train_lm", "score_influence")
+
+
+def check_machine(config: dict, rules) -> None:
+    """Settings that need this machine, for a run whose jobs of `rules` (names) run here. Called
+    when the run starts (the workflow's onstart: after the DAG is built, before any job runs or
+    any output is deleted), not by `validate`: a dry run may plan for another machine
+    (config/paper.yaml's `device: cuda` on a login node without GPUs)."""
+    uses_device = any(r in DEVICE_RULES or r.startswith("train_seeds_") for r in rules)
+    if config["device"] == "cuda" and uses_device:
+        # torch itself, not a look for the driver's files: those differ by platform (WSL has none)
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(f"config.device: cuda, but torch {torch.__version__} sees no CUDA device on this "
+                            "machine; use device: auto or cpu here, or run where CUDA is")
+    corpus = (config.get("language") or {}).get("corpus") or {}
+    if "corpus" in rules and corpus.get("source") in ("files", "openwebtext") and corpus.get("path"):
+        _check_corpus_path(corpus)
+
+
+def _check_corpus_path(corpus: dict) -> None:
+    import glob
+
+    path = corpus["path"]
+    found = glob.glob(path) if corpus["source"] == "files" else ([path] if Path(path).is_dir() else [])
+    if not found:
+        what = "no files match" if corpus["source"] == "files" else "no directory"
+        raise UserError(f"config.language.corpus.path: {what} {path!r} on this machine")
+
+
 def uses_gpu(config: dict) -> bool:
     """Whether jobs will run on CUDA. For `auto` this looks for the NVIDIA driver's device
     file rather than importing torch while Snakemake builds the DAG."""

@@ -73,6 +73,19 @@ def start_warm():
             WARM.append(handle)
 
 
+def check_machine():
+    """Stop in one line, before any job runs or any output is deleted, when a setting needs what
+    this machine lacks (lengthgen.config.check_machine). Runs in `onstart`: a dry run, and a
+    cluster run's submitting node, may plan for other machines."""
+    if not workflow.local_exec:
+        return
+    rules = {job.rule.name for job in workflow.dag.needrun_jobs()}
+    try:
+        lgconfig.check_machine(CONFIG, rules)
+    except UserError as err:
+        sys.exit(f"lengthgen: error: {err}")
+
+
 def stop_warm():
     from lengthgen import warm
 
