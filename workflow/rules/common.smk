@@ -120,6 +120,28 @@ def cell_tokens():
     return [lgconfig.cell_token(CONFIG, t, s, seed) for t, s, seed in cells()]
 
 
+# What a cell's training and sweep write, under its runs/ directory.
+CELL_FILES = ("model.pt", "train_log.parquet", "meta.json", "sweep.parquet")
+
+
+def intermediates():
+    """Every file the tables are made from (not the fetched corpus archive, a download cache).
+    Snakemake rebuilds a missing file only when a job that has to run asks for it, so one lost
+    under up-to-date tables (removed by a job that then failed, or by a killed run) stayed
+    missing and every later run said "Nothing to be done". As targets of `all` they are
+    rebuilt, and what was made from them reruns (docs/design.md)."""
+    files = [results(f"data/{t}/{split}.parquet") for t in TASK_NAMES for split in ("train", "test")]
+    for name in CELL_FILES:
+        files += cell_paths(results("runs/{task}/{scheme}/seed{seed}/" + name))
+    if CONFIG["language"]:
+        tokens = ["train.npy", "train_docs.npy", "validation.npy", "validation_docs.npy", "tokens.json"]
+        files += [results(f) for f in ("language/corpus.parquet", "language/tokenizer.json")]
+        files += [results(f"language/tokens/{name}") for name in tokens]
+        files += [f for name in ("model.pt", "train_log.parquet", "meta.json") for f in language_models(name)]
+        files += language_scores()
+    return files
+
+
 def tasks_of(kind):
     return [t["name"] for t in CONFIG["tasks"] if t["kind"] == kind]
 
