@@ -35,6 +35,7 @@ import traceback
 from pathlib import Path
 
 ENV = "LENGTHGEN_WARM"  # the server's socket path; jobs run warm when it is set
+PREFIX = "lengthgen-warm-"  # of the server's folder in the temporary directory
 PRELOAD = ("torch",)
 _HEADER = struct.Struct(">I")
 
@@ -103,7 +104,23 @@ def _reply(replies) -> dict:
 
 
 def serve(path: str, parent: int) -> None:
-    """Accept jobs on the socket at `path` until the `parent` process (Snakemake) exits."""
+    """Accept jobs on the socket at `path` until the `parent` process (Snakemake) exits, or a
+    signal ends the server; then remove the socket's folder (`stop` may never run)."""
+    # SIGTERM (what `stop` sends) and SIGHUP unwind through the `finally` instead of ending the
+    # process where it stands; a fork resets them before it runs a job (`_become`).
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_on_signal)
+    try:
+        _serve(path, parent)
+    finally:
+        shutil.rmtree(Path(path).parent, ignore_errors=True)
+
+
+def _exit_on_signal(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _serve(path: str, parent: int) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)  # bound before the imports: an early job waits for them, not imports too
@@ -122,7 +139,6 @@ def serve(path: str, parent: int) -> None:
         _handle(listener, conn)
     _log("parent exited; stopping")
     listener.close()
-    shutil.rmtree(Path(path).parent, ignore_errors=True)  # `stop` never ran: leave nothing behind
 
 
 def _handle(listener: socket.socket, conn: socket.socket) -> None:
@@ -243,8 +259,15 @@ THREAD_ENV = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MK
 
 def start(log_path, threads: int) -> tuple[subprocess.Popen, Path] | None:
     """Start a server for this process's jobs of `threads` threads and point them at it (ENV);
-    see `stop`. None (and jobs run cold) when it cannot start: a speed-up must never fail a run."""
-    directory = Path(tempfile.mkdtemp(prefix="lengthgen-warm-"))  # 0700: this user's jobs only
+    see `stop`. None (and jobs run cold) when it cannot start: a speed-up must never fail a run.
+    First removes the folders that killed runs left (`remove_stale`)."""
+    removed = remove_stale()
+    if removed:
+        print(f"lengthgen: removed {len(removed)} warm-start folder(s) that killed runs left in "
+              f"{removed[0].parent}", file=sys.stderr)
+    # 0700: this user's jobs only. The name holds this process's pid, the server.pid file the
+    # server's: a folder is stale once both are gone.
+    directory = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
     python = shutil.which("python") or sys.executable  # the interpreter the jobs' `python` is
     try:
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
@@ -257,6 +280,7 @@ def start(log_path, threads: int) -> tuple[subprocess.Popen, Path] | None:
         print(f"lengthgen: warm start off ({err}); every job imports torch itself", file=sys.stderr)
         shutil.rmtree(directory, ignore_errors=True)
         return None
+    (directory / "server.pid").write_text(f"{server.pid}\n")
     os.environ[ENV] = str(directory / "socket")
     return server, directory
 
@@ -277,6 +301,68 @@ def wait_ready(server: subprocess.Popen, log_path, timeout_s: float = 120.0) -> 
             last = text.strip().splitlines()[-1] if text.strip() else "(empty)"
             raise RuntimeError(f"{log}: the warm-start server (pid {server.pid}) {what}; last line: {last}")
         time.sleep(0.05)
+
+
+# A folder that records no process (made by an earlier version) is stale when no server answers
+# on its socket; without a socket, once it is this old (a server binds its socket at once).
+LEGACY_GRACE_S = 600
+
+
+def remove_stale(tmp=None) -> list[Path]:
+    """Remove this user's warm-start folders in the temporary directory whose processes are all
+    gone: those of a run killed with its server (SIGKILL to the process group, an out-of-memory
+    kill), which nothing else removes. A live run's folder is kept. The removed folders."""
+    removed = []
+    for directory in sorted(Path(tmp or tempfile.gettempdir()).glob(f"{PREFIX}*")):
+        try:
+            mine = directory.is_dir() and not directory.is_symlink() and directory.stat().st_uid == os.getuid()
+            stale = mine and _stale(directory)
+        except OSError:  # removed meanwhile
+            continue
+        if stale:
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+    return removed
+
+
+def _stale(directory: Path) -> bool:
+    pids = _owners(directory)
+    if pids:
+        return not any(map(_alive, pids))
+    try:  # an earlier version's folder: is its server listening?
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.connect(str(directory / "socket"))
+        return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return time.time() - directory.stat().st_mtime > LEGACY_GRACE_S
+
+
+def _owners(directory: Path) -> list[int]:
+    """The run that made the folder (pid in its name) and its server (server.pid)."""
+    pids = []
+    creator = directory.name.removeprefix(PREFIX).split("-")[0]
+    if "-" in directory.name.removeprefix(PREFIX) and creator.isdigit():
+        pids.append(int(creator))
+    with contextlib.suppress(OSError, ValueError):
+        pids.append(int((directory / "server.pid").read_text()))
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs. A zombie has ended (its parent, where nothing reaps orphans, may never
+    wait for it); a pid reused by another process counts as alive, which only keeps a folder."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process has that pid now
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):  # no /proc (macOS): os.kill said it exists
+        return True
 
 
 def stop(server: subprocess.Popen, directory: Path) -> None:
