@@ -46,4 +46,4 @@ rule all:
         results("tables/claims.html"),
         language_tables(),
         expand(results("figures/{figure}.png"), figure=figures()),
-        intermediates(),
+        missing_intermediates(),

@@ -125,11 +125,7 @@ CELL_FILES = ("model.pt", "train_log.parquet", "meta.json", "sweep.parquet")
 
 
 def intermediates():
-    """Every file the tables are made from (not the fetched corpus archive, a download cache).
-    Snakemake rebuilds a missing file only when a job that has to run asks for it, so one lost
-    under up-to-date tables (removed by a job that then failed, or by a killed run) stayed
-    missing and every later run said "Nothing to be done". As targets of `all` they are
-    rebuilt, and what was made from them reruns (docs/design.md)."""
+    """Every file the tables are made from (not the fetched corpus archive, a download cache)."""
     files = [results(f"data/{t}/{split}.parquet") for t in TASK_NAMES for split in ("train", "test")]
     for name in CELL_FILES:
         files += cell_paths(results("runs/{task}/{scheme}/seed{seed}/" + name))
@@ -140,6 +136,26 @@ def intermediates():
         files += [f for name in ("model.pt", "train_log.parquet", "meta.json") for f in language_models(name)]
         files += language_scores()
     return files
+
+
+def missing_intermediates():
+    """The intermediate files that are missing, for `all` to ask for. Snakemake rebuilds a
+    missing file only when a job that has to run asks for it, so one lost under up-to-date
+    tables (removed by a job that then failed, or by a killed run) stayed missing and every
+    later run said "Nothing to be done". Asked for by `all`, it is rebuilt and what was made
+    from it reruns (docs/design.md). Only the missing ones: `all` prints its inputs. Jobs'
+    own processes (cluster jobs re-read this file) run one rule and skip the look."""
+    if not workflow.is_main_process:
+        return []
+    missing = [f for f in intermediates() if not os.path.exists(f)]
+    if missing and os.path.exists(results("tables/length_sweep.csv")):  # not a first run: say so
+        which = (
+            f"{missing[0]} and {len(missing) - 1} more; a run rebuilds them"
+            if missing[1:]
+            else f"{missing[0]}; a run rebuilds it"
+        )
+        print(f"lengthgen: missing under the tables: {which}", file=sys.stderr)
+    return missing
 
 
 def tasks_of(kind):
