@@ -329,14 +329,25 @@ def _stale(directory: Path) -> bool:
     pids = _owners(directory)
     if pids:
         return not any(map(_alive, pids))
-    try:  # an earlier version's folder: is its server listening?
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            probe.connect(str(directory / "socket"))
-        return False
-    except ConnectionRefusedError:
-        return True
+    path = directory / "socket"  # an earlier version's folder: does a server listen on its socket?
+    if path.exists():
+        return not _listening(path)
+    return time.time() - directory.stat().st_mtime > LEGACY_GRACE_S
+
+
+def _listening(path: Path) -> bool:
+    """Whether a socket is bound at `path`: looked up in /proc/net/unix, so that a live server
+    sees no connection; without it (macOS), by connecting."""
+    try:
+        table = Path("/proc/net/unix").read_text()
     except OSError:
-        return time.time() - directory.stat().st_mtime > LEGACY_GRACE_S
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.connect(str(path))
+            return True
+        except OSError:
+            return False
+    return any(line.endswith(f" {path}") for line in table.splitlines())
 
 
 def _owners(directory: Path) -> list[int]:
