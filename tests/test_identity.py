@@ -265,11 +265,13 @@ TINY = {
 }
 RESULTS = TINY["results_dir"]
 CELL = f"{RESULTS}/runs/id_k1/{{scheme}}/seed{{seed}}"
-SNAKEMAKE = [str(VENV_BIN / "snakemake"), "-c1", "--configfile", "tiny.yaml"]
+SNAKEMAKE = [str(VENV_BIN / "snakemake"), "--configfile", "tiny.yaml"]
 
 
-def _snakemake(workdir, *args, env=None, unlock=False) -> subprocess.CompletedProcess:
-    command = [*([PYTHON, "-m", "lengthgen.unlock"] if unlock else []), *SNAKEMAKE, *args]
+def _snakemake(workdir, *args, cores=2, env=None, unlock=False) -> subprocess.CompletedProcess:
+    """A run of the tiny grid; a run that a fault is to stop runs one job at a time (cores=1),
+    so that one job meets it."""
+    command = [*([PYTHON, "-m", "lengthgen.unlock"] if unlock else []), *SNAKEMAKE, f"-c{cores}", *args]
     return subprocess.run(command, cwd=workdir, env=env or venv_env(PYTHONPATH=str(workdir / "src")), text=True,
                           capture_output=True, timeout=600)
 
@@ -346,7 +348,7 @@ def test_another_cells_model_in_a_cell_stops_the_run(run_copy, baseline):
     target = run_copy / CELL.format(scheme="nope", seed=0) / "model.pt"
     original = target.read_bytes()
     shutil.copy(run_copy / CELL.format(scheme="alibi", seed=1) / "model.pt", target)
-    failed = _snakemake(run_copy)
+    failed = _snakemake(run_copy, cores=1)
     line = _one_line(failed, f"{target.relative_to(run_copy)}: holds the model of id_k1/alibi/seed1 (config ")
     assert "expected id_k1/nope/seed0 (config " in line
     _nothing_half_written(run_copy, baseline)
@@ -362,7 +364,7 @@ def test_cuda_on_a_machine_without_it_stops_before_any_job(run_copy, baseline):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     before = _files(run_copy)
-    failed = _snakemake(run_copy, "--config", "device=cuda")
+    failed = _snakemake(run_copy, "--config", "device=cuda", cores=1)
     _one_line(failed, "config.device: cuda, but torch")
     assert "rule train:" not in failed.stdout + failed.stderr  # no job started
     assert _files(run_copy) == before  # nothing deleted or written
@@ -380,7 +382,7 @@ def test_missing_files_after_a_failed_job_are_rebuilt(run_copy, baseline):
     data = run_copy / RESULTS / "data/id_k1/train.parquet"
     original, stat = data.read_bytes(), data.stat()
     data.write_bytes(original[: len(original) // 2])
-    failed = _snakemake(run_copy)
+    failed = _snakemake(run_copy, cores=1)
     _one_line(failed, f"{data.relative_to(run_copy)}: not a readable Parquet")
     missing = _intermediates(run_copy)
     assert missing, "the failed job's outputs were removed"
@@ -397,7 +399,7 @@ def test_a_sigkilled_forcerun_train_is_rebuilt_and_its_warm_folder_removed(run_c
     tmp = tmp_path / "tmp"  # this run's own temporary directory: its warm-start folder is seen alone
     tmp.mkdir()
     env = venv_env(PYTHONPATH=str(run_copy / "src"), TMPDIR=str(tmp))
-    run = subprocess.Popen([*SNAKEMAKE, "--forcerun", "train"], cwd=run_copy, env=env, start_new_session=True,
+    run = subprocess.Popen([*SNAKEMAKE, "-c1", "--forcerun", "train"], cwd=run_copy, env=env, start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
