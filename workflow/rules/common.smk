@@ -128,7 +128,7 @@ def intermediates():
     """Every file the tables are made from (not the fetched corpus archive, a download cache)."""
     files = [results(f"data/{t}/{split}.parquet") for t in TASK_NAMES for split in ("train", "test")]
     for name in CELL_FILES:
-        files += cell_paths(results("runs/{task}/{scheme}/seed{seed}/" + name))
+        files += cell_paths(results(f"runs/{{task}}/{{scheme}}/seed{{seed}}/{name}"))
     if CONFIG["language"]:
         tokens = ["train.npy", "train_docs.npy", "validation.npy", "validation_docs.npy", "tokens.json"]
         files += [results(f) for f in ("language/corpus.parquet", "language/tokenizer.json")]
@@ -147,8 +147,11 @@ def missing_intermediates():
     own processes (cluster jobs re-read this file) run one rule and skip the look."""
     if not workflow.is_main_process:
         return []
-    missing = [f for f in intermediates() if not os.path.exists(f)]
-    if missing and os.path.exists(results("tables/length_sweep.csv")):  # not a first run: say so
+    files = intermediates()
+    missing = [f for f in files if not os.path.exists(f)]
+    # Said when some were lost under existing tables; not for a first run, nor for a fresh clone
+    # or `make clean`, which have tables and none of them.
+    if missing and len(missing) < len(files) and os.path.exists(results("tables/length_sweep.csv")):
         which = (
             f"{missing[0]} and {len(missing) - 1} more; a run rebuilds them"
             if missing[1:]
