@@ -128,6 +128,18 @@ def test_aggregate_refuses_a_sweep_of_another_cell(tmp_path, sweeps):
     assert not csv.exists()
 
 
+def test_aggregate_refuses_a_sweep_without_identity(tmp_path, sweeps):
+    """A sweep written before identities were recorded (or by hand): its rows alone say nothing
+    of the config it was made under."""
+    import pyarrow.parquet as pq
+
+    token, path = sweeps["nope"]
+    pq.write_table(pq.read_table(path).replace_schema_metadata(None), path)
+    proc, csv, _ = _aggregate(tmp_path, [path], [token])
+    line = assert_one_line_error(proc, f"{path}: records no cell identity (the sweep), expected tiny/nope/seed0")
+    assert line.endswith("delete it and rerun the workflow to redo this cell's sweep") and not csv.exists()
+
+
 def test_aggregate_of_the_right_sweeps(tmp_path, sweeps):
     proc, csv, md = _aggregate(tmp_path, [sweeps[s][1] for s in ("nope", "alibi")],
                                [sweeps[s][0] for s in ("nope", "alibi")])

@@ -35,9 +35,7 @@ def key(token: str) -> str:
     return token.partition("@")[0]
 
 
-def describe(token: str | None) -> str:
-    if not token:
-        return "no cell identity (written before identities were recorded, or not by lengthgen)"
+def describe(token: str) -> str:
     cell, _, config = token.partition("@")
     return f"{cell} (config {config})"
 
@@ -47,7 +45,9 @@ def check(path, held: str | None, expected: str | None, what: str, fix: str) -> 
     checked, for a stage run by hand)."""
     if expected is None or held == expected:
         return
-    raise UserError(f"{path}: holds {what} of {describe(held)}, expected {describe(expected)}; {fix}")
+    # None: written before identities were recorded, or not by lengthgen
+    holds = f"holds {what} of {describe(held)}" if held else f"records no cell identity ({what})"
+    raise UserError(f"{path}: {holds}, expected {describe(expected)}; {fix}")
 
 
 def check_token(token: str, flag: str) -> str:
