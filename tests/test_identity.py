@@ -148,6 +148,44 @@ def test_aggregate_of_the_right_sweeps(tmp_path, sweeps):
     assert "identity" not in csv.read_text().splitlines()[0]  # recorded beside the columns, not in them
 
 
+# -- E4: a language model must be the one it is scored as -----------------------------------
+
+
+def test_score_with_another_language_model_stops_in_one_line(tmp_path):
+    """The short model's model.pt where the long model's should be."""
+    import numpy as np
+
+    from lengthgen.language import corpus, lm, tokenizer
+
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        (tmp_path / "docs").mkdir(exist_ok=True)
+        (tmp_path / "docs" / f"d{i}.txt").write_text(" ".join(rng.choice(["a", "bb", "ccc", "dd"], 200)))
+    corpus.build({"source": "files", "path": str(tmp_path / "docs/*.txt"), "validation_fraction": 0.3},
+                 tmp_path / "c.parquet")
+    tokenizer.train({"kind": "bpe", "vocab_size": 270}, tmp_path / "c.parquet", tmp_path / "tok.json")
+    tokenizer.tokenize(tmp_path / "tok.json", tmp_path / "c.parquet", tmp_path / "tokens")
+    base = {"pose_target": None, "seed": 0, "device": "cpu", "threads": 1,
+            "model": {"n_layer": 1, "d_model": 16, "n_head": 2, "d_ff": 32, "dropout": 0.0, "max_position": 64},
+            "train": {"batch_size": 2, "lr": 1e-3, "min_lr_ratio": 0.1, "weight_decay": 0.0, "warmup_steps": 1,
+                      "max_steps": 2, "grad_clip": 1.0, "checkpoint_every": 5, "eval_every": 2, "eval_windows": 2}}
+    specs = {"long": {**base, "name": "long", "context": 8}, "short": {**base, "name": "short", "context": 4}}
+    for name, spec in specs.items():
+        lm.train_lm(spec, tmp_path / "tok.json", tmp_path / "tokens", tmp_path / name, tmp_path / f"{name}.pt",
+                    log=lambda _msg: None)
+    cfg = {"T_long": 8, "T_short": 4, "device": "cpu", "threads": 1, "models": ["long", "short"],
+           "influence": {"screen": 10, "targets": 2, "delta": 0.0, "k": [1], "methods": ["greedy"],
+                         "coupling": "shared", "seed": 0, "batch_size": 8, "targets_per_batch": 2}}
+    out, wrong = tmp_path / "scores.parquet", tmp_path / "short" / "model.pt"
+    proc = run_lengthgen("score", "--config", json.dumps(cfg), "--long", wrong, "--short",
+                         f"short={tmp_path / 'short' / 'model.pt'}", "--tokenizer", tmp_path / "tok.json",
+                         "--tokens", tmp_path / "tokens", "--expect", *map(identity.of_lm, specs.values()),
+                         "--out", out, cwd=tmp_path)
+    line = assert_one_line_error(proc, f"{wrong}: holds the language model of language/short (config ")
+    assert "expected language/long (config " in line
+    assert not out.exists() and not temp_files(tmp_path)
+
+
 # -- the machine check ------------------------------------------------------------------------
 
 

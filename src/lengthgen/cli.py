@@ -31,6 +31,16 @@ def _identity(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def _lm_identity(text: str) -> str:
+    """A language model's identity token (lengthgen.identity), checked for its form."""
+    from lengthgen import identity
+
+    try:
+        return identity.check_lm_token(text, "language model identity")
+    except UserError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -171,9 +181,12 @@ def cmd_train_lm(a) -> None:
 
 
 def cmd_score(a) -> None:
+    from lengthgen import identity
     from lengthgen.language import influence
 
-    influence.run(a.config, a.long, dict(m.split("=", 1) for m in a.short), a.tokenizer, a.tokens, a.out, log=_log)
+    expect = {identity.key(t).removeprefix("language/"): t for t in a.expect} if a.expect else None
+    influence.run(a.config, a.long, dict(m.split("=", 1) for m in a.short), a.tokenizer, a.tokens, a.out, log=_log,
+                  expect=expect)
 
 
 def cmd_influence_report(a) -> None:
@@ -316,6 +329,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--tokenizer", required=True)
     s.add_argument("--tokens", required=True)
     s.add_argument("--out", required=True)
+    s.add_argument("--expect", nargs="+", type=_lm_identity,
+                   help="each model's identity (language/<name>@config); the workflow always passes them")
     s.set_defaults(func=cmd_score)
 
     s = sub.add_parser("influence-report", help="E4 tables and figures from the scores")

@@ -276,6 +276,11 @@ def lm_slice(config: dict, name: str) -> dict:
     }
 
 
+def lm_token(config: dict, name: str) -> str:
+    """The identity a language model's checkpoint must record (lengthgen.identity)."""
+    return identity.of_lm(lm_slice(config, name))
+
+
 def influence_slice(config: dict) -> dict:
     lang = config["language"]
     return {k: lang[k] for k in ("T_long", "T_short", "influence", "models")} | {

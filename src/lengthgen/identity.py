@@ -30,6 +30,11 @@ def of_cell(cell: dict) -> str:
     return f"{cell['task']}/{cell['scheme']}/seed{cell['seed']}@{fingerprint(cell)}"
 
 
+def of_lm(spec: dict) -> str:
+    """The identity token of an E4 language model's spec (lengthgen.config.lm_slice)."""
+    return f"language/{spec['name']}@{fingerprint(spec)}"
+
+
 def key(token: str) -> str:
     """`task/scheme/seed<n>`, the part of a token that names the cell (without its config)."""
     return token.partition("@")[0]
@@ -56,6 +61,14 @@ def check_token(token: str, flag: str) -> str:
     parts = cell.split("/")
     if not at or not config or len(parts) != 3 or not parts[2].startswith("seed") or not parts[2][4:].isdigit():
         raise UserError(f"{flag}: {token!r} is not a cell identity (task/scheme/seed<n>@<config>)")
+    return token
+
+
+def check_lm_token(token: str, flag: str) -> str:
+    """A language model's token given on the command line, as `language/<name>@<config>`."""
+    name, at, config = token.partition("@")
+    if not at or not config or not name.startswith("language/") or "/" in name.removeprefix("language/"):
+        raise UserError(f"{flag}: {token!r} is not a language model's identity (language/<name>@<config>)")
     return token
 
 

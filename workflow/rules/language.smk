@@ -138,10 +138,13 @@ rule score_influence:
         config=as_json(lgconfig.influence_slice(CONFIG)),
         short=lambda w, input: " ".join(f"{m}={p}" for m, p in zip(SHORT_MODELS, input.short)),
         tokens_dir=subpath(input.tokens, parent=True),
+        # what each model must be: another model's checkpoint in its directory would score as it
+        expect=[lgconfig.lm_token(CONFIG, m) for m in LANG["models"]],
         code=CODE["influence"],
     shell:
         "python -m lengthgen score --config {params.config:q} --long {input.long:q} --short {params.short}"
-        " --tokenizer {input.tokenizer:q} --tokens {params.tokens_dir:q} --out {output:q} 2> {log:q}"
+        " --tokenizer {input.tokenizer:q} --tokens {params.tokens_dir:q} --expect {params.expect:q}"
+        " --out {output:q} 2> {log:q}"
 
 
 rule influence_report:

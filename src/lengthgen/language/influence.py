@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from lengthgen import device as devices
-from lengthgen import progress
+from lengthgen import identity, progress
 from lengthgen.errors import UserError
 from lengthgen.fileio import atomic_path
 from lengthgen.language import lm
@@ -219,12 +219,18 @@ def _score_chunk(long_model, short_models, c: Contexts, ks: list, icfg: dict, ge
     return out
 
 
-def run(cfg: dict, long_path, short_paths: dict, tokenizer_path, tokens_dir, out, log=print) -> None:
-    """Score the validation split with the trained models; write the per-token Parquet."""
+def run(cfg: dict, long_path, short_paths: dict, tokenizer_path, tokens_dir, out, log=print, expect=None) -> None:
+    """Score the validation split with the trained models; write the per-token Parquet.
+    `expect`: each model's identity token by name (lengthgen.identity); its checkpoint must hold it."""
     dev = devices.resolve(cfg["device"], cfg["threads"])
     tok = tokenizers.load(tokenizer_path)
     stream, doc_starts = tokenizers.load_stream(tokens_dir, "validation", tok.sha256)
-    models = {name: lm.load(path).to(dev) for name, path in {"long": long_path, **short_paths}.items()}
+    paths = {"long": long_path, **short_paths}
+    models = {name: lm.load(path).to(dev) for name, path in paths.items()}
+    for name, model in models.items():  # a short model in long's directory would score as long
+        held = identity.of_lm(model.spec) if isinstance(model.spec, dict) else None
+        identity.check(paths[name], held, (expect or {}).get(name), "the language model",
+                       "delete it and rerun the workflow to retrain it")
     for name, model in models.items():
         if model.tokenizer_sha256 != tok.sha256:
             raise UserError(f"{name} model: trained with tokenizer {model.tokenizer_sha256[:12]}, "
