@@ -338,7 +338,7 @@ def _tables(workdir) -> dict[str, bytes]:
 
 
 def _intermediates(workdir) -> list[str]:
-    names = [f"data/id_k1/{s}.parquet" for s in ("train", "test")]
+    names = [f"data/id_k1/{s}.parquet" for s in ("train", "test-seed0", "test-seed1")]  # a test draw per seed
     names += [f"runs/id_k1/{scheme}/seed{seed}/{f}" for scheme in ("nope", "alibi") for seed in (0, 1)
               for f in ("model.pt", "train_log.parquet", "meta.json", "sweep.parquet")]
     return [n for n in names if not (workdir / RESULTS / n).exists()]

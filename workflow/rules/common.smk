@@ -126,7 +126,8 @@ CELL_FILES = ("model.pt", "train_log.parquet", "meta.json", "sweep.parquet")
 
 def intermediates():
     """Every file the tables are made from (not the fetched corpus archive, a download cache)."""
-    files = [results(f"data/{t}/{split}.parquet") for t in TASK_NAMES for split in ("train", "test")]
+    splits = {(t, "train") for t, _, _ in cells()} | {(t, lgconfig.test_split(CONFIG, seed)) for t, _, seed in cells()}
+    files = [results(f"data/{t}/{split}.parquet") for t, split in sorted(splits)]
     for name in CELL_FILES:
         files += cell_paths(results(f"runs/{{task}}/{{scheme}}/seed{{seed}}/{name}"))
     if CONFIG["language"]:
