@@ -126,8 +126,8 @@ CELL_FILES = ("model.pt", "train_log.parquet", "meta.json", "sweep.parquet")
 
 def intermediates():
     """Every file the tables are made from (not the fetched corpus archive, a download cache)."""
-    splits = {(t, "train") for t, _, _ in cells()} | {(t, lgconfig.test_split(CONFIG, seed)) for t, _, seed in cells()}
-    files = [results(f"data/{t}/{split}.parquet") for t, split in sorted(splits)]
+    tests = {(t, lgconfig.test_split(CONFIG, seed)) for t, _, seed in cells()}  # the draws the sweeps read
+    files = [results(f"data/{t}/{split}.parquet") for t, split in sorted({(t, "train") for t in TASK_NAMES} | tests)]
     for name in CELL_FILES:
         files += cell_paths(results(f"runs/{{task}}/{{scheme}}/seed{{seed}}/{name}"))
     if CONFIG["language"]:
