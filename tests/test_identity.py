@@ -1,4 +1,4 @@
-"""A cell's files belong to that cell (issue 23). Each fault of the issue is injected as found:
+"""A cell's files belong to that cell. Each fault is injected as it was found:
 another cell's model.pt copied into a cell, `device: cuda` on a machine without CUDA, a
 truncated dataset, and a SIGKILLed `--forcerun train` run. Each ends in one line naming the
 file or key, exit status non-zero and nothing half-written, and once the fault is undone a rerun
@@ -299,7 +299,7 @@ def test_a_folder_left_by_a_killed_run_is_removed_by_the_next(tmp_path):
     assert warm.remove_stale(tmp) == [directory]
 
 
-# -- the faults of the issue, on a tiny grid --------------------------------------------------
+# -- the faults, on a tiny grid ----------------------------------------------------------------
 
 # Two schemes and two seeds of one task, trained a few steps, no language models.
 TINY = {
