@@ -70,6 +70,12 @@ def cmd_sweep(a) -> None:
     evaluate.length_sweep(a.model, a.data, a.out, a.eval, log=_log)
 
 
+def cmd_attention(a) -> None:
+    from lengthgen import attention
+
+    attention.cell_attention(a.model, a.data, a.out, a.config, log=_log)
+
+
 def cmd_aggregate(a) -> None:
     from lengthgen import aggregate
 
@@ -225,6 +231,14 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--eval", type=_json, required=True)
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_sweep)
+
+    s = sub.add_parser("attention", help="attention and attribution on the dependency sets of one trained cell")
+    s.add_argument("--model", required=True)
+    s.add_argument("--data", required=True, help="the task's test set")
+    s.add_argument("--config", type=_json, default={},
+                   help="examples, targets, batch_size, device, threads (JSON; missing keys: the defaults)")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_attention)
 
     s = sub.add_parser("aggregate", help="collect sweeps into results/tables")
     s.add_argument("--sweeps", nargs="+", required=True)
