@@ -23,6 +23,11 @@ if CONFIG["language"]:
     include: "workflow/rules/language.smk"
 
 
+if CONFIG["attention"]:
+
+    include: "workflow/rules/attention.smk"
+
+
 onstart:
     start_warm()
 
@@ -44,4 +49,5 @@ rule all:
         results("provenance.json"),
         results("tables/claims.html"),
         language_tables(),
+        attention_outputs(),
         expand(results("figures/{figure}.png"), figure=figures()),

@@ -76,6 +76,18 @@ def cmd_attention(a) -> None:
     attention.cell_attention(a.model, a.data, a.out, a.config, log=_log)
 
 
+def cmd_aggregate_attention(a) -> None:
+    from lengthgen import attention_report
+
+    attention_report.aggregate(a.cells, a.csv)
+
+
+def cmd_figure_attention(a) -> None:
+    from lengthgen import attention_report
+
+    attention_report.figure(a.csv, a.kinds, a.out)
+
+
 def cmd_aggregate(a) -> None:
     from lengthgen import aggregate
 
@@ -101,12 +113,31 @@ def cmd_claims(a) -> None:
         import pandas as pd
 
         rows += claims.language_checks(pd.read_parquet(a.influence), cfg["language"], cfg["stats"])
+    if a.attention:
+        rows += _attention_rows(a, sweep)
     ran = {"1 sparsity": a.sparse_tasks, "2 coupling": coupled, "3 language": a.influence}
     missing = [claim for claim, tasks in ran.items() if not tasks]
     rows = sorted(rows + claims.unmeasured_rows(missing), key=lambda r: r["claim"])
     claims.write_scorecard(rows, a.csv, a.md)
     for claim in sorted({r["claim"] for r in rows}):
-        _log(f"claim {claim}: {claims.verdict(rows, claim)}")
+        _log(f"{claims.heading(claim)}: {claims.verdict(rows, claim)}")
+
+
+def _attention_rows(a, sweep) -> list[dict]:
+    """The attention analysis's rows: E1 (the sparse tasks together), then each E2/E3 kind."""
+    from lengthgen import attention_report, claims
+
+    cfg = a.config
+    experiments = {}
+    if a.sparse_tasks:
+        experiments["E1 sparse parity"] = {"tasks": dict.fromkeys(a.sparse_tasks, a.train_max),
+                                           "fit_min": cfg["sparsity"]["fit_min"]}
+    for name, info in sorted(a.coupling.items()):
+        label = attention_report.EXPERIMENTS[info["kind"]]
+        experiments.setdefault(label, {"tasks": {}, "fit_min": cfg["coupling"]["fit_min"]})["tasks"][name] = \
+            info["n_max"]
+    return claims.attention_checks(attention_report.read(a.attention), sweep, experiments, cfg["attention"],
+                                   cfg["stats"])
 
 
 def cmd_figure(a) -> None:
@@ -240,6 +271,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_attention)
 
+    s = sub.add_parser("aggregate-attention", help="collect the cells' attention.parquet into one long table")
+    s.add_argument("--cells", nargs="+", required=True)
+    s.add_argument("--csv", required=True)
+    s.set_defaults(func=cmd_aggregate_attention)
+
+    s = sub.add_parser("figure-attention", help="dependency attribution and attention mass against length")
+    s.add_argument("--csv", required=True, help="tables/attention.csv")
+    s.add_argument("--kinds", type=_json, required=True, help="task name -> task kind (JSON)")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_figure_attention)
+
     s = sub.add_parser("aggregate", help="collect sweeps into results/tables")
     s.add_argument("--sweeps", nargs="+", required=True)
     s.add_argument("--csv", required=True)
@@ -254,6 +296,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--coupling", type=_json, default={},
                    help="E2/E3 tasks as JSON: {name: {kind, n_max, scheme_options}}")
     s.add_argument("--influence", help="the per-token scores results/language/influence.parquet (E4), if run")
+    s.add_argument("--attention", help="tables/attention.csv, if run: the analysis rows beyond the paper")
     s.add_argument("--csv", required=True)
     s.add_argument("--md", required=True)
     s.set_defaults(func=cmd_claims)

@@ -1,0 +1,68 @@
+# Attention sparsity (an analysis beyond the paper): per trained cell, attention and attribution
+# on the tokens each target depends on, at every test length; then one long table and a figure.
+# Included only when the config's `attention` is not null.
+
+ATTENTION = CONFIG["attention"]
+
+
+localrules:
+    aggregate_attention,
+    figure_attention,
+
+
+rule attention:
+    input:
+        model=results("runs/{task}/{scheme}/seed{seed}/model.pt"),
+        data=results("data/{task}/test.parquet"),
+    output:
+        results("runs/{task}/{scheme}/seed{seed}/attention.parquet"),
+    log:
+        results("logs/attention/{task}/{scheme}/seed{seed}.log"),
+    benchmark:
+        results("benchmarks/attention/{task}/{scheme}/seed{seed}.tsv")
+    conda:
+        ENV
+    threads: CONFIG["threads"]
+    resources:
+        gpu=GPU,
+    params:
+        config=as_json({**ATTENTION, "device": CONFIG["device"], "threads": CONFIG["threads"]}),
+        code=CODE["attention"],
+    shell:
+        "python -m lengthgen attention --model {input.model:q} --data {input.data:q} --config {params.config:q}"
+        " --out {output:q} 2> {log:q}"
+
+
+rule aggregate_attention:
+    input:
+        cell_paths(results("runs/{task}/{scheme}/seed{seed}/attention.parquet")),
+    output:
+        results("tables/attention.csv"),
+    log:
+        results("logs/aggregate_attention.log"),
+    conda:
+        ENV
+    params:
+        code=CODE["attention_report"],
+    shell:
+        "python -m lengthgen aggregate-attention --cells {input:q} --csv {output:q} 2> {log:q}"
+
+
+rule figure_attention:
+    input:
+        results("tables/attention.csv"),
+    output:
+        report(
+            results("figures/attention.png"),
+            caption="../report/attention.rst",
+            category="Attention sparsity (beyond the paper)",
+        ),
+    log:
+        results("logs/figures/attention.log"),
+    conda:
+        ENV
+    params:
+        kinds=as_json({t["name"]: t["kind"] for t in CONFIG["tasks"]}),
+        code=CODE["attention_report"],
+    shell:
+        "python -m lengthgen figure-attention --csv {input:q} --kinds {params.kinds:q} --out {output:q} 2> {log:q}"
