@@ -78,8 +78,8 @@ def figure(csv, kinds: dict, out) -> None:
         raise UserError(f"{csv}: task(s) {', '.join(unknown)} not in this configuration; rerun the workflow")
     models = per_model(df)
     ks = df.dropna(subset=["k"]).groupby("task")["k"].first() if "k" in df.columns else pd.Series(dtype="Int32")
-    models["panel"] = [EXPERIMENTS[kinds[t]] if kinds[t] == "sparse_parity" else f"{EXPERIMENTS.get(kinds[t], '')}\n({t})"
-                       for t in models["task"]]
+    models["panel"] = [EXPERIMENTS[kinds[t]] if kinds[t] == "sparse_parity"  # E1's tasks share a panel
+                       else f"{EXPERIMENTS.get(kinds[t], '')}\n({t})" for t in models["task"]]
     models["line"] = [f"k={ks[t]}" if kinds[t] == "sparse_parity" and t in ks else s
                       for t, s in zip(models["task"], models["scheme"], strict=True)]
     panels = sorted(models["panel"].unique(), key=lambda p: (not p.startswith("E1"), p))
