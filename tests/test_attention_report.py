@@ -63,8 +63,24 @@ def test_table_is_long_sorted_and_keeps_empty_axes_empty(table):
     assert one["chance"] == pytest.approx(1 / 96, abs=1e-4)  # the table keeps 4 decimals
 
 
-def test_figure_is_drawn(table, tmp_path):
-    csv, _ = table
+def _language(path):
+    """E4's rows as lengthgen.language.attention writes them: 2 layers x 2 heads, the mean row."""
+    keys = [(layer, head, m) for layer in (0, 1) for head in (0, 1) for m in ("jaccard", "mass", "topk_mass")]
+    keys += [(None, None, m) for m in ("jaccard", "mass", "topk_mass", "chance", "jaccard_chance")]
+    fixed = {"task": "language", "scheme": "long", "seed": 0, "length": 128, "examples": 50, "targets": 50}
+    cols = {name: [v] * len(keys) for name, v in fixed.items()}
+    cols |= {"layer": [k[0] for k in keys], "head": [k[1] for k in keys], "metric": [k[2] for k in keys],
+             "value": [4 / 128 if k[2] == "chance" else 0.3 for k in keys]}
+    write_parquet(path, cols)
+    return path
+
+
+@pytest.mark.parametrize("with_language", [False, True])
+def test_figure_is_drawn(table, tmp_path, with_language):
+    csv, df = table
+    if with_language:
+        parts = [*sorted(tmp_path.glob("*.parquet")), _language(tmp_path / "lang.parquet")]
+        attention_report.aggregate(parts, csv)
     out = tmp_path / "attention.png"
     attention_report.figure(csv, {"parity_k1": "sparse_parity", "assign": "variable_assignment"}, out)
     assert out.stat().st_size > 10_000

@@ -80,6 +80,9 @@ def test_smoke_attention_table_covers_every_cell_and_length(smoke_run):
 
     cfg = yaml.safe_load((smoke_run / "config/smoke.yaml").read_text())
     df = attention_report.read(smoke_run / SMOKE_RESULTS / "tables/attention.csv")
+    language, df = df[df["task"] == "language"], df[df["task"] != "language"]
+    assert set(language["metric"]) == {"mass", "topk_mass", "jaccard", "chance", "jaccard_chance"}
+    assert (language["examples"] == cfg["language"]["influence"]["targets"]).all()
     chance = df[df["metric"] == "chance"]
     cells = {(t["name"], s, seed, n) for t in cfg["tasks"] for s in t["schemes"] for seed in cfg["seeds"]
              for n in t["eval"]["lengths"]}
@@ -152,18 +155,21 @@ def _edited(smoke_run, relpath):
 
 FIGURES = ("figure_sparse_parity", "figure_sparsity_test", "figure_coupling")
 ATTENTION = ("attention", "aggregate_attention", "figure_attention")  # the stage and what follows it
+LANGUAGE_ATTENTION = ("language_attention", "aggregate_attention", "figure_attention")
 
 
 @pytest.mark.parametrize(
     ("relpath", "expected"),
     [
         ("src/lengthgen/model.py", {"train", "length_sweep", "aggregate", "claims", *FIGURES, "provenance", "train_lm",
-                                    "score_influence", "influence_report", "report_pages", *ATTENTION, "all"}),
+                                    "score_influence", "influence_report", "report_pages", *ATTENTION,
+                                    *LANGUAGE_ATTENTION, "all"}),
         ("src/lengthgen/attention.py", {*ATTENTION, "claims", "report_pages", "all"}),
+        ("src/lengthgen/language/attention.py", {*LANGUAGE_ATTENTION, "claims", "report_pages", "all"}),
         ("src/lengthgen/attention_report.py", {"aggregate_attention", "figure_attention", "claims", "report_pages",
                                                "all"}),
         ("src/lengthgen/language/influence.py", {"score_influence", "influence_report", "claims", "report_pages",
-                                                 "all"}),
+                                                 *LANGUAGE_ATTENTION, "all"}),
         ("src/lengthgen/language/report.py", {"influence_report", "all"}),
         ("src/lengthgen/figures.py", {*FIGURES, "all"}),
         ("src/lengthgen/decode.py", {"length_sweep", "aggregate", "claims", *FIGURES, "report_pages", *ATTENTION,

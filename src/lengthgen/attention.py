@@ -24,8 +24,6 @@ logits, which every run checks.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
@@ -33,41 +31,12 @@ from lengthgen import datasets, positions, tasks
 from lengthgen import device as devices
 from lengthgen.errors import UserError
 from lengthgen.evaluate import _check_match, load_model
+from lengthgen.explicit_attention import attention_forward, embed
 from lengthgen.fileio import write_parquet
-from lengthgen.model import alibi_bias, causal_mask
 
 DEFAULTS = {"examples": 64, "targets": 4, "batch_size": 256}  # as in the config schema's `attention`
 METRICS = ("mass", "topk_mass", "entropy", "rank")
 TOLERANCE = 1e-4  # largest |recomputed - model| logit accepted (float32 gives about 1e-6)
-
-
-def embed(model, tokens: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """What the first block reads: token embeddings, plus the position table's for `ape`."""
-    x = model.tok_emb(tokens)
-    return x if model.pos_emb is None else x + model.pos_emb(ids)
-
-
-def attention_forward(model, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The model's causal forward from embeddings x (B, T, C), written out: final hidden states
-    (B, T, C) and each layer's attention probabilities (B, nh, T, T)."""
-    t = x.shape[1]
-    freqs = model.rotary_freqs(ids)
-    allowed = causal_mask(t, None, x.device)  # (1, T, T)
-    probs = []
-    for block in model.blocks:
-        attn = block.attn
-        q, k, v = attn.heads(block.ln1(x), ids, freqs)
-        scores = (q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
-        if model.cfg.encoding == "alibi":  # the same bias the model adds, -inf above the diagonal included
-            scores = scores + alibi_bias(ids, ids, attn.slopes, torch.float32, allowed)
-        else:
-            scores = scores.masked_fill(~allowed[:, None], float("-inf"))
-        p = scores.softmax(-1)
-        probs.append(p)
-        y = (p.to(v.dtype) @ v).transpose(1, 2).reshape(x.shape)
-        x = x + attn.proj(y)
-        x = x + block.mlp(block.ln2(x))
-    return model.ln_f(x), probs
 
 
 def row_stats(rows: torch.Tensor, query: torch.Tensor, deps: torch.Tensor) -> dict:

@@ -16,6 +16,7 @@ from lengthgen.fileio import atomic_path
 COLUMNS = ["task", "scheme", "seed", "length", "layer", "head", "metric", "value"]  # what every reader uses
 MEASURES = (("attribution", "attribution on dependencies"),
             ("attention", "attention mass on dependencies\n(best head, last layer)"))
+LANGUAGE = "language"  # E4's rows: the long model's attention at the scored tokens
 EXPERIMENTS = {"sparse_parity": "E1 sparse parity", "scratchpad_parity": "E2 parity with scratchpad",
                "variable_assignment": "E3 variable assignment"}
 
@@ -62,6 +63,26 @@ def per_model(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([attribution, attention, chance], axis=1).reset_index()
 
 
+def _language_panels(df: pd.DataFrame, axes) -> None:
+    """E4's column: per layer of the long model (mean over heads, and its best head), the overlap
+    of the attention top k with the greedy influential tokens, and the attention mass on them."""
+    per_head = df.dropna(subset=["layer"])
+    whole = df[df["layer"].isna()].set_index("metric")["value"]
+    k = int(round(whole["chance"] * df["length"].iloc[0]))
+    for ax, metrics, chance in ((axes[0], ("jaccard",), "jaccard_chance"), (axes[1], ("mass", "topk_mass"), "chance")):
+        for metric, color in zip(metrics, ("C0", "C1"), strict=False):
+            g = per_head[per_head["metric"] == metric].groupby("layer")["value"]
+            label = {"jaccard": f"Jaccard, top {k} vs greedy {k}", "mass": f"on the greedy {k}",
+                     "topk_mass": f"top {k} mass"}[metric]
+            ax.plot(g.mean().index, g.mean().values, marker="o", color=color, label=f"{label} (mean head)")
+            ax.plot(g.max().index, g.max().values, marker="^", ls="--", color=color, label=f"{label} (best head)")
+        ax.axhline(whole[chance], color="grey", ls=":", lw=0.9)
+        ax.set_xticks(sorted(per_head["layer"].unique()))
+        ax.set_xlabel("layer of the long model")
+        ax.legend(fontsize=6)
+    axes[0].set_title(f"E4 long language model\n({int(df['examples'].iloc[0])} scored tokens)")
+
+
 def figure(csv, kinds: dict, out) -> None:
     """Attribution and attention mass on the dependency set against test length: one column per
     experiment (E1's tasks together, one line per k; E2 and E3 one line per scheme), mean over
@@ -73,6 +94,7 @@ def figure(csv, kinds: dict, out) -> None:
     import seaborn as sns
 
     df = read(csv)
+    language, df = df[df["task"] == LANGUAGE], df[df["task"] != LANGUAGE]
     unknown = sorted(set(df["task"]) - set(kinds))
     if unknown:
         raise UserError(f"{csv}: task(s) {', '.join(unknown)} not in this configuration; rerun the workflow")
@@ -84,7 +106,10 @@ def figure(csv, kinds: dict, out) -> None:
                       for t, s in zip(models["task"], models["scheme"], strict=True)]
     panels = sorted(models["panel"].unique(), key=lambda p: (not p.startswith("E1"), p))
     sns.set_theme(style="whitegrid", context="paper")
-    fig, axes = plt.subplots(2, len(panels), figsize=(3.4 * len(panels), 5.6), squeeze=False, sharey="row")
+    columns = len(panels) + (not language.empty)
+    fig, axes = plt.subplots(2, columns, figsize=(3.4 * columns, 5.6), squeeze=False, sharey="row")
+    if not language.empty:
+        _language_panels(language, axes[:, -1])
     for col, panel in enumerate(panels):
         sub = models[models["panel"] == panel].sort_values("line")
         lines = sorted(sub["line"].unique())

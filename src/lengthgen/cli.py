@@ -76,6 +76,13 @@ def cmd_attention(a) -> None:
     attention.cell_attention(a.model, a.data, a.out, a.config, log=_log)
 
 
+def cmd_language_attention(a) -> None:
+    from lengthgen.language import attention
+
+    _require(a.config, ("T_long", "T_short", "k", "seed", "device", "threads"), "--config")
+    attention.run(a.config, a.long, a.scores, a.tokenizer, a.tokens, a.out, log=_log)
+
+
 def cmd_aggregate_attention(a) -> None:
     from lengthgen import attention_report
 
@@ -270,6 +277,15 @@ def parser() -> argparse.ArgumentParser:
                    help="examples, targets, batch_size, device, threads (JSON; missing keys: the defaults)")
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_attention)
+
+    s = sub.add_parser("language-attention", help="the long language model's attention at the scored tokens (E4)")
+    s.add_argument("--config", type=_json, required=True, help="T_long, T_short, k, seed, device, threads (JSON)")
+    s.add_argument("--long", required=True, help="the long model's model.pt")
+    s.add_argument("--scores", required=True, help="language/influence.parquet")
+    s.add_argument("--tokenizer", required=True)
+    s.add_argument("--tokens", required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_language_attention)
 
     s = sub.add_parser("aggregate-attention", help="collect the cells' attention.parquet into one long table")
     s.add_argument("--cells", nargs="+", required=True)

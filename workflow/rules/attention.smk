@@ -33,9 +33,45 @@ rule attention:
         " --out {output:q} 2> {log:q}"
 
 
+# E4: the long language model's attention at the scored tokens, against their greedy tokens.
+if CONFIG["language"]:
+
+    rule language_attention:
+        input:
+            long=results("language/models/long/model.pt"),
+            scores=results("language/influence.parquet"),
+            tokenizer=results("language/tokenizer.json"),
+            tokens=results("language/tokens/tokens.json"),
+        output:
+            results("language/attention.parquet"),
+        log:
+            results("logs/language/attention.log"),
+        conda:
+            ENV
+        threads: CONFIG["threads"]
+        params:
+            config=as_json(
+                {
+                    "T_long": CONFIG["language"]["T_long"],
+                    "T_short": CONFIG["language"]["T_short"],
+                    "k": CONFIG["claims"]["language"]["greedy_k"],
+                    "seed": CONFIG["language"]["seed"] + CONFIG["seed_offset"],
+                    "device": CONFIG["device"],
+                    "threads": CONFIG["threads"],
+                }
+            ),
+            tokens_dir=subpath(input.tokens, parent=True),
+            code=CODE["language_attention"],
+        shell:
+            "python -m lengthgen language-attention --config {params.config:q} --long {input.long:q}"
+            " --scores {input.scores:q} --tokenizer {input.tokenizer:q} --tokens {params.tokens_dir:q}"
+            " --out {output:q} 2> {log:q}"
+
+
 rule aggregate_attention:
     input:
         cell_paths(results("runs/{task}/{scheme}/seed{seed}/attention.parquet")),
+        [results("language/attention.parquet")] if CONFIG["language"] else [],
     output:
         results("tables/attention.csv"),
     log:

@@ -46,6 +46,7 @@ CODE = {
         "evaluate": "evaluate",
         "attention": "attention",
         "attention_report": "attention_report",
+        "language_attention": "language.attention",
         "aggregate": "aggregate",
         "claims": "claims",
         "report": "report",
