@@ -160,3 +160,16 @@ def test_padded(tiny_dataset):
         assert arrays["tokens"][i, : len(t)].tolist() == t
         assert (arrays["tokens"][i, len(t) :] == 0).all()
     np.testing.assert_array_equal(arrays["seq_len"], table.column("length").to_numpy() + 3)
+
+
+def test_each_model_seed_has_its_own_test_draw_unless_shared():
+    from lengthgen import config
+
+    task = {"name": "t", "kind": "sparse_parity", "params": {"k": 1}, "train_examples": 10, "eval": {"examples": 5}}
+    cfg = {"tasks": [task], "data_seed": 1, "eval_seed": 100, "test_sets": "per_seed"}
+    assert config.test_split(cfg, 3) == "test-seed3"
+    drawn = config.data_slice(cfg, "t", "test-seed3")
+    assert (drawn["split"], drawn["seed"], drawn["eval"]) == ("test", 103, {"examples": 5})
+    assert config.data_slice(cfg, "t", "test")["seed"] == 100
+    assert config.data_slice(cfg, "t", "train")["seed"] == 1
+    assert config.test_split({**cfg, "test_sets": "shared"}, 3) == "test"

@@ -30,7 +30,7 @@ def test_load_sweep_reproduces_the_committed_summary(task, scheme, length):
     assert cell["seed"].nunique() == len(cell) > 1
     key = [scheme] if task == "scratchpad_parity" else [scheme, str(int(cell["k"].iloc[0]))]
     expected = summary_cell(REPO / "results/tables/summary.md", task, key, f"n={length}")
-    assert f"{cell.accuracy.mean():.3f} ± {cell.accuracy.std():.3f}" == expected
+    assert expected.startswith(f"{cell.accuracy.mean():.3f} ± {cell.accuracy.std():.3f} [")
 
 
 def test_load_sweep_of_a_missing_results_dir_names_the_file(tmp_path):

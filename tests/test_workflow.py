@@ -231,7 +231,7 @@ def test_load_model_gives_the_trained_cell_that_scored_the_sweep(smoke_run):
     model = lengthgen.load_model(results / "runs/smoke_k1/nope/seed0/model.pt")
     assert not model.training and model.cell["task"] == model.task["task"] == "smoke_k1"
     assert model.cell["scheme"] == "nope" and model.cell["seed"] == 0 and model.info["steps"] > 0
-    table, meta = datasets.read(results / "data/smoke_k1/test.parquet")
+    table, meta = datasets.read(results / "data/smoke_k1/test-seed0.parquet")  # seed 0's own test draw
     assert "<eos>" not in meta["vocab"]
     arrays = datasets.padded(table)
     sweep = lengthgen.load_sweep(results).query("task == 'smoke_k1' and scheme == 'nope' and seed == 0")
@@ -244,3 +244,15 @@ def test_load_model_gives_the_trained_cell_that_scored_the_sweep(smoke_run):
             out, _ = decode.generate(model, tokens[:, :p], ids[:, :p], end - p, model.cell["scheme_options"],
                                      eos=-1, oracle_ids=ids[:, p:])  # sparse parity: no <eos>
         assert round(float((out == tokens[:, p:]).all(1).float().mean()), 4) == expected, length
+
+
+def test_each_model_seed_is_scored_on_its_own_test_draw(smoke_run):
+    """test_sets: per_seed (the default) gives seed s the draw eval_seed + s, disjoint from training;
+    seed 1's draw differs from seed 0's, so one draw's luck does not move every model together."""
+    from lengthgen import datasets
+
+    results = smoke_run / SMOKE_RESULTS
+    (t0, m0), (t1, m1) = (datasets.read(results / f"data/smoke_k1/test-seed{s}.parquet") for s in (0, 1))
+    assert m0["split"] == m1["split"] == "test" and m1["seed"] == m0["seed"] + 1
+    assert t0.column("tokens").to_pylist() != t1.column("tokens").to_pylist()
+    assert not (results / "data/smoke_k1/test.parquet").exists()

@@ -76,15 +76,20 @@ def write_csv(df: pd.DataFrame, path) -> None:
 
 
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
-    """Mean, sample std and median over seeds per (task, scheme, length, k or depth)."""
+    """Mean, sample std and median over seeds per (task, scheme, length, k or depth), and the
+    test draw's own sampling error: each model's binomial standard error sqrt(p(1-p)/examples),
+    averaged over seeds, to set beside the spread over seeds."""
     keys = [k for k in keys_of(df) if k != "seed"]
-    out = df.groupby(keys, sort=True, dropna=False)["accuracy"].agg(["mean", "std", "median", "count"])
+    df = df.assign(test_se=(df["accuracy"] * (1 - df["accuracy"]) / df["examples"]) ** 0.5)
+    grouped = df.groupby(keys, sort=True, dropna=False)
+    out = grouped["accuracy"].agg(["mean", "std", "median", "count"]).join(grouped["test_se"].mean())
     return out.reset_index().rename(columns={"count": "seeds"}).fillna({"std": 0.0})
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:
-    """One table per task: rows scheme (x k or depth), columns test lengths, cells mean ± std."""
-    parts = ["# Length sweep: exact match (mean ± std over seeds)\n"]
+    """One table per task: rows scheme (x k or depth), columns test lengths, cells mean ± std
+    over seeds and, in brackets, the binomial standard error of one test draw."""
+    parts = ["# Length sweep: exact match (mean ± std over seeds [test-draw standard error])\n"]
     for task, df in summary.groupby("task", sort=True):
         axes = [a for a in AXES if a in df.columns and df[a].notna().any()]
         rows = ["scheme", *axes]
@@ -93,10 +98,13 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         parts.append("|" + "---|" * (len(rows) + len(lengths)))
         for key, g in df.groupby(rows, sort=True):
             by_len = g.set_index("length")
-            cells = [f"{by_len.at[n, 'mean']:.3f} ± {by_len.at[n, 'std']:.3f}" if n in by_len.index else ""
-                     for n in lengths]
+            cells = [_cell(by_len.loc[n]) if n in by_len.index else "" for n in lengths]
             parts.append("| " + " | ".join(map(str, key)) + " | " + " | ".join(cells) + " |")
     return "\n".join(parts) + "\n"
+
+
+def _cell(row) -> str:
+    return f"{row['mean']:.3f} ± {row['std']:.3f} [{row['test_se']:.3f}]"
 
 
 def aggregate(sweep_paths, csv_out, md_out) -> pd.DataFrame:

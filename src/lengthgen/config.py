@@ -184,14 +184,24 @@ def task_by_name(config: dict, name: str) -> dict:
     return next(t for t in config["tasks"] if t["name"] == name)
 
 
+def test_split(config: dict, seed: int) -> str:
+    """The test split a model of this seed is scored on: its own draw (test-seed<seed>), so that
+    one draw's luck does not move every model together, or the draw all models share (test)."""
+    return f"test-seed{seed}" if config["test_sets"] == "per_seed" else "test"
+
+
 def data_slice(config: dict, task_name: str, split: str) -> dict:
-    """What a dataset depends on: the task's parameters and the split's seed and size."""
+    """What a dataset depends on: the task's parameters and the split's seed and size.
+
+    `split` is train, test (the shared draw, eval_seed) or test-seed<s> (model seed s's own draw,
+    eval_seed + s; the file's metadata says split test either way)."""
     task = task_by_name(config, task_name)
     out = {"name": task["name"], "kind": task["kind"], "params": task["params"], "split": split}
     if split == "train":
         out.update(seed=config["data_seed"], train_examples=task["train_examples"])
     else:
-        out.update(seed=config["eval_seed"], eval=task["eval"])
+        draw = int(split.removeprefix("test-seed")) if split.startswith("test-seed") else 0
+        out.update(split="test", seed=config["eval_seed"] + draw, eval=task["eval"])
     return out
 
 

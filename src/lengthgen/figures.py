@@ -86,10 +86,10 @@ def sparsity_test(sweep_csv, tasks: list[str], train_max: int, out, cfg: dict, s
         sns.pointplot(data=g, x="k", y="accuracy", ax=ax, errorbar=("ci", 95), n_boot=st["n_boot"], seed=st["seed"],
                       color="black", markers="D", linestyles="-")
         rho, p = stats.permutation_spearman(g["k"], g["accuracy"], "less", st["n_perm"], st["seed"])
-        ax.set_title(f"{scheme}\nSpearman {rho:.2f}, p = {p:.4f}, {len(g)} models", fontsize=9)
+        ax.set_title(f"{scheme}\nSpearman {rho:.2f}, p = {p:.4f}\n{len(g)} models", fontsize=9)
         ax.set_ylim(0.25, 1.02)
     axes.flat[0].set_ylabel(f"mean accuracy, n >= {cfg['min_length_ratio']:g}x")
-    fig.suptitle(f"Claim 1 test: one point per fitted model; PASS when p <= {st['alpha']:g}", y=1.08)
+    fig.suptitle(f"Claim 1 test: one point per fitted model; PASS when p <= {st['alpha']:g}", y=1.17)
     with atomic_path(out) as tmp:
         fig.savefig(tmp, dpi=150, bbox_inches="tight", format="png", metadata={"Software": None})
     plt.close(fig)

@@ -92,7 +92,7 @@ wildcard_constraints:
     task="|".join(TASK_NAMES),
     scheme="[A-Za-z0-9_]+",
     seed=r"\d+",
-    split="train|test",
+    split=r"train|test|test-seed\d+",
 
 
 def cells():

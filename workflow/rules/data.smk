@@ -1,10 +1,10 @@
-# Synthetic datasets: one Parquet file per (task, split). The test split is drawn
-# disjoint from the training split, so it depends on it.
+# Synthetic datasets: one Parquet file per (task, split). A test split (test, or a model seed's
+# own test-seed<s>) is drawn disjoint from the training split, so it depends on it.
 
 
 rule generate_dataset:
     input:
-        lambda w: [results(f"data/{w.task}/train.parquet")] if w.split == "test" else [],
+        lambda w: [results(f"data/{w.task}/train.parquet")] if w.split != "train" else [],
     output:
         results("data/{task}/{split}.parquet"),
     log:

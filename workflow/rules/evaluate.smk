@@ -1,10 +1,10 @@
-# Length sweep: every trained cell on the task's fixed test sets.
+# Length sweep: every trained cell on its test set (its seed's own draw by default: test_sets).
 
 
 rule length_sweep:
     input:
         model=results("runs/{task}/{scheme}/seed{seed}/model.pt"),
-        data=results("data/{task}/test.parquet"),
+        data=lambda w: results(f"data/{w.task}/{lgconfig.test_split(CONFIG, int(w.seed))}.parquet"),
     output:
         results("runs/{task}/{scheme}/seed{seed}/sweep.parquet"),
     log:
