@@ -13,7 +13,8 @@ localrules:
 rule attention:
     input:
         model=results("runs/{task}/{scheme}/seed{seed}/model.pt"),
-        data=results("data/{task}/test.parquet"),
+        # the test set the cell's sweep reads: its seed's own draw by default (test_sets)
+        data=lambda w: results(f"data/{w.task}/{lgconfig.test_split(CONFIG, int(w.seed))}.parquet"),
     output:
         results("runs/{task}/{scheme}/seed{seed}/attention.parquet"),
     log:
