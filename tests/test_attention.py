@@ -178,3 +178,17 @@ def test_a_test_set_of_another_task_is_refused_in_one_line(tmp_path, tiny_cell, 
 def test_defaults_are_the_schemas(schema):
     defaults = {k: v["default"] for k, v in schema["$defs"]["attention"]["properties"].items()}
     assert defaults == attention.DEFAULTS
+
+
+def test_a_forward_that_drifts_from_the_models_is_refused(tmp_path, tiny_cell, tiny_dataset, monkeypatch):
+    model = _train(tmp_path, tiny_cell, tiny_dataset, "tiny", "rope")
+    original = attention.attention_forward
+
+    def drifted(model, x, ids):  # e.g. a mask or a scale the model no longer uses
+        h, probs = original(model, x, ids)
+        return h * 1.5, probs
+
+    monkeypatch.setattr(attention, "attention_forward", drifted)
+    with pytest.raises(RuntimeError, match="recomputed forward is off the model's"):
+        attention.cell_attention(model, tiny_dataset["test"], tmp_path / "a.parquet", {}, log=lambda m: None)
+    assert not (tmp_path / "a.parquet").exists()
