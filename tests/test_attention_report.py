@@ -90,7 +90,7 @@ def _rows(tmp_path, accuracy, n_models=8, min_models=5):
     """Analysis rows for n_models E1 models whose attribution at 96 rises with the seed."""
     paths = [_cell(tmp_path / f"c{s}.parquet", "parity_k1", "rope", s, 0.05 * s, 0.1, {"k": 1})
              for s in range(n_models)]
-    attn = attention_report.collect(paths)
+    attn = attention_report.per_model(attention_report.collect(paths))
     sweep = _sweep({("parity_k1", "rope", s): accuracy(s) for s in range(n_models)})
     experiments = {"E1 sparse parity": {"tasks": {"parity_k1": 12}, "fit_min": 0.95}}
     return claims.attention_checks(attn, sweep, experiments, {"min_models": min_models}, STATS)

@@ -142,7 +142,7 @@ def test_task_parameter_change_reruns_only_that_task(smoke_run, tmp_path):
     cell_jobs = [(r, w) for r, w in jobs if w]
     assert cell_jobs, "the changed task must rerun"
     assert all("task=smoke_k2" in w for _, w in cell_jobs), cell_jobs
-    assert {r for r, _ in cell_jobs} == {"generate_dataset", "train", "length_sweep"}
+    assert {r for r, _ in cell_jobs} == {"generate_dataset", "train", "length_sweep", "attention"}
 
 
 def _edited(smoke_run, relpath):

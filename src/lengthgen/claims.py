@@ -289,16 +289,14 @@ def _ks(scored: pd.DataFrame, method: str) -> list[int]:
 ANALYSIS = "analysis attention"  # not a claim of the paper: never counted in its verdicts
 
 
-def attention_checks(attn: pd.DataFrame, sweep: pd.DataFrame, experiments: dict, cfg: dict, st: dict) -> list[dict]:
-    """Per experiment ({label: {"tasks": {name: n_max}, "fit_min": f}}), over its fitted models:
-    Spearman between the attribution on the dependency set at each task's longest test length
-    and exact match there (mean over k or depth), one-sided permutation p; PASS when positive
-    with p <= alpha, FAIL otherwise, INCONCLUSIVE below `min_models` fitted models or when
-    either side is constant. The attention mass (best head of the last layer) follows as a
-    descriptive row: the issue's first probe found it unrelated to accuracy at SEP."""
-    from lengthgen.attention_report import per_model
-
-    models = per_model(attn)
+def attention_checks(models: pd.DataFrame, sweep: pd.DataFrame, experiments: dict, cfg: dict, st: dict) -> list[dict]:
+    """Per experiment ({label: {"tasks": {name: n_max}, "fit_min": f}}), over its fitted models
+    (`models`: attention_report.per_model of the attention table): Spearman between the
+    attribution on the dependency set at each task's longest test length and exact match there
+    (mean over k or depth), one-sided permutation p; PASS when positive with p <= alpha, FAIL
+    otherwise, INCONCLUSIVE below `min_models` fitted models or when either side is constant.
+    The attention mass (best head of the last layer) follows as a descriptive row: a first
+    probe found it unrelated to accuracy at SEP."""
     rows = []
     for label, exp in experiments.items():
         points = _attention_points(models, sweep, exp)

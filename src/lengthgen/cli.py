@@ -143,8 +143,10 @@ def _attention_rows(a, sweep) -> list[dict]:
         label = attention_report.EXPERIMENTS[info["kind"]]
         experiments.setdefault(label, {"tasks": {}, "fit_min": cfg["coupling"]["fit_min"]})["tasks"][name] = \
             info["n_max"]
-    return claims.attention_checks(attention_report.read(a.attention), sweep, experiments, cfg["attention"],
-                                   cfg["stats"])
+    # per_model is read here, not in claims.py: the paper's figures import claims, and an edit of
+    # the attention table's code must not rerun them
+    models = attention_report.per_model(attention_report.read(a.attention))
+    return claims.attention_checks(models, sweep, experiments, cfg["attention"], cfg["stats"])
 
 
 def cmd_figure(a) -> None:
