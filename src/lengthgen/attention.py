@@ -34,7 +34,7 @@ from lengthgen.evaluate import _check_match, load_model
 from lengthgen.explicit_attention import attention_forward, embed
 from lengthgen.fileio import write_parquet
 
-DEFAULTS = {"examples": 32, "targets": 4, "batch_size": 256}  # as in the config schema's `attention`
+DEFAULTS = {"examples": 16, "targets": 4, "batch_size": 256}  # as in the config schema's `attention`
 METRICS = ("mass", "topk_mass", "entropy", "rank")
 TOLERANCE = 1e-4  # largest |recomputed - model| logit accepted, relative to the largest |logit| (if > 1)
 
