@@ -123,3 +123,17 @@ def test_the_analysis_is_never_counted_as_a_claim_of_the_paper():
     assert claims.verdict(rows, claims.ANALYSIS).startswith("beyond the paper")
     assert claims.heading(claims.ANALYSIS) == "analysis attention"
     assert claims.heading("1 sparsity") == "claim 1 sparsity"
+
+
+def test_diff_matches_attention_rows_on_layer_head_and_metric():
+    """attention.csv has many rows per cell and length: `lengthgen diff` matches them on
+    layer, head and metric too, so one moved value is one moved cell."""
+    import io
+
+    from lengthgen.diff import moved_cells
+
+    head = "task,scheme,seed,length,k,depth,layer,head,metric,value\n"
+    old = head + "t,rope,0,12,1,,0,0,mass,0.5\nt,rope,0,12,1,,0,1,mass,0.4\nt,rope,0,12,1,,,,chance,0.1\n"
+    new = head + "t,rope,0,12,1,,0,1,mass,0.3\nt,rope,0,12,1,,,,chance,0.1\nt,rope,0,12,1,,0,0,mass,0.5\n"
+    moved = moved_cells(*(pd.read_csv(io.StringIO(t), dtype=str, keep_default_na=False) for t in (old, new)), 0.0)
+    assert moved[["layer", "head", "metric", "old", "new"]].values.tolist() == [["0", "1", "mass", "0.4", "0.3"]]
