@@ -23,6 +23,11 @@ if CONFIG["language"]:
     include: "workflow/rules/language.smk"
 
 
+if CONFIG["attention"]:
+
+    include: "workflow/rules/attention.smk"
+
+
 onstart:
     check_machine()
     start_warm()
@@ -45,5 +50,6 @@ rule all:
         results("provenance.json"),
         results("tables/claims.html"),
         language_tables(),
+        attention_outputs(),
         expand(results("figures/{figure}.png"), figure=figures()),
         missing_intermediates(),

@@ -64,7 +64,7 @@ def test_smoke_tables_are_long_sorted_and_complete(smoke_run):
     assert (smoke_run / SMOKE_RESULTS / "figures/coupling.png").stat().st_size > 10_000
     assert "smoke_k1" in (smoke_run / SMOKE_RESULTS / "tables/summary.md").read_text()
     claims = pd.read_csv(smoke_run / SMOKE_RESULTS / "tables/claims.csv", keep_default_na=False)
-    assert set(claims["claim"]) == {"1 sparsity", "2 coupling", "3 language"}
+    assert set(claims["claim"]) == {"1 sparsity", "2 coupling", "3 language", "analysis attention"}
     assert "not in this grid" not in " ".join(claims["check"])
     sparsity = claims[claims["claim"] == "1 sparsity"].set_index("check")["result"]
     # the smoke grid has 2 seeds, below min_models_per_k: the tests cannot decide, and say so
@@ -73,6 +73,29 @@ def test_smoke_tables_are_long_sorted_and_complete(smoke_run):
     coupling = claims[claims["claim"] == "2 coupling"].set_index("check")["result"]
     verdicts = coupling.filter(like="smoke_scratchpad at n=20 (2x): ppc")
     assert len(verdicts) == 1 and set(coupling) <= {"PASS", "FAIL", "INCONCLUSIVE", "descriptive"}
+
+
+def test_smoke_attention_table_covers_every_cell_and_length(smoke_run):
+    from lengthgen import attention_report
+
+    cfg = yaml.safe_load((smoke_run / "config/smoke.yaml").read_text())
+    df = attention_report.read(smoke_run / SMOKE_RESULTS / "tables/attention.csv")
+    language, df = df[df["task"] == "language"], df[df["task"] != "language"]
+    assert set(language["metric"]) == {"mass", "topk_mass", "jaccard", "chance", "jaccard_chance"}
+    assert (language["examples"] == cfg["language"]["influence"]["targets"]).all()
+    chance = df[df["metric"] == "chance"]
+    cells = {(t["name"], s, seed, n) for t in cfg["tasks"] for s in t["schemes"] for seed in cfg["seeds"]
+             for n in t["eval"]["lengths"]}
+    assert set(chance[["task", "scheme", "seed", "length"]].itertuples(index=False, name=None)) == cells
+    heads = df.dropna(subset=["layer"]).groupby(["task", "scheme", "seed"])[["layer", "head"]].nunique()
+    assert (heads["layer"] == cfg["model"]["n_layer"]).all() and (heads["head"] == cfg["model"]["n_head"]).all()
+    assert df.loc[df["metric"].str.endswith("mass"), "value"].between(0, 1).all()
+    assert (smoke_run / SMOKE_RESULTS / "figures/attention.png").stat().st_size > 10_000
+    claims = pd.read_csv(smoke_run / SMOKE_RESULTS / "tables/claims.csv", keep_default_na=False)
+    analysis = claims[claims["claim"] == "analysis attention"]
+    # E1, E2, E3 each: the attribution row (a verdict) and the attention row (descriptive)
+    assert len(analysis) == 6 and set(analysis["result"]) <= {"PASS", "FAIL", "INCONCLUSIVE", "descriptive"}
+    assert "- analysis attention: beyond the paper" in (smoke_run / SMOKE_RESULTS / "tables/claims.md").read_text()
 
 
 def test_smoke_language_tables_figures_and_claim_3(smoke_run):
@@ -119,7 +142,7 @@ def test_task_parameter_change_reruns_only_that_task(smoke_run, tmp_path):
     cell_jobs = [(r, w) for r, w in jobs if w]
     assert cell_jobs, "the changed task must rerun"
     assert all("task=smoke_k2" in w for _, w in cell_jobs), cell_jobs
-    assert {r for r, _ in cell_jobs} == {"generate_dataset", "train", "length_sweep"}
+    assert {r for r, _ in cell_jobs} == {"generate_dataset", "train", "length_sweep", "attention"}
 
 
 def _edited(smoke_run, relpath):
@@ -131,20 +154,28 @@ def _edited(smoke_run, relpath):
 
 
 FIGURES = ("figure_sparse_parity", "figure_sparsity_test", "figure_coupling")
+ATTENTION = ("attention", "aggregate_attention", "figure_attention")  # the stage and what follows it
+LANGUAGE_ATTENTION = ("language_attention", "aggregate_attention", "figure_attention")
 
 
 @pytest.mark.parametrize(
     ("relpath", "expected"),
     [
         ("src/lengthgen/model.py", {"train", "length_sweep", "aggregate", "claims", *FIGURES, "provenance", "train_lm",
-                                    "score_influence", "influence_report", "report_pages", "all"}),
+                                    "score_influence", "influence_report", "report_pages", *ATTENTION,
+                                    *LANGUAGE_ATTENTION, "all"}),
+        ("src/lengthgen/attention.py", {*ATTENTION, "claims", "report_pages", "all"}),
+        ("src/lengthgen/language/attention.py", {*LANGUAGE_ATTENTION, "claims", "report_pages", "all"}),
+        ("src/lengthgen/attention_report.py", {"aggregate_attention", "figure_attention", "claims", "report_pages",
+                                               "all"}),
         ("src/lengthgen/language/influence.py", {"score_influence", "influence_report", "claims", "report_pages",
-                                                 "all"}),
+                                                 *LANGUAGE_ATTENTION, "all"}),
         ("src/lengthgen/language/report.py", {"influence_report", "all"}),
         ("src/lengthgen/figures.py", {*FIGURES, "all"}),
-        ("src/lengthgen/decode.py", {"length_sweep", "aggregate", "claims", *FIGURES, "report_pages", "all"}),
+        ("src/lengthgen/decode.py", {"length_sweep", "aggregate", "claims", *FIGURES, "report_pages", *ATTENTION,
+                                     "all"}),
         ("src/lengthgen/tasks/sparse_parity.py", {"generate_dataset", "train", "length_sweep", "aggregate", "claims",
-                                                  *FIGURES, "provenance", "report_pages", "all"}),
+                                                  *FIGURES, "provenance", "report_pages", *ATTENTION, "all"}),
     ],
 )
 def test_code_edit_reruns_exactly_its_stages(smoke_run, relpath, expected):
@@ -173,7 +204,7 @@ def test_report_holds_every_figure_and_table_with_captions(smoke_run):
     done = run_snakemake(smoke_run, *SMOKE, "--report", "report.html")
     assert done.returncode == 0, done.stderr[-3000:]
     html = (smoke_run / "report.html").read_text()
-    for name in ("sparse_parity.png", "summary.html", "claims.html", "run.html", "provenance.json"):
+    for name in ("sparse_parity.png", "attention.png", "summary.html", "claims.html", "run.html", "provenance.json"):
         assert name in html, name
     assert "The claims scorecard: each claim of the paper" in html  # a caption, verbatim
     assert len(html) > 100_000  # the figure is embedded, so the file stands alone

@@ -284,6 +284,69 @@ def _ks(scored: pd.DataFrame, method: str) -> list[int]:
     return sorted(int(c[len(prefix):]) for c in scored.columns if c.startswith(prefix))
 
 
+# -- beyond the paper: attention sparsity ------------------------------------------------------
+
+ANALYSIS = "analysis attention"  # not a claim of the paper: never counted in its verdicts
+
+
+def attention_checks(models: pd.DataFrame, sweep: pd.DataFrame, experiments: dict, cfg: dict, st: dict) -> list[dict]:
+    """Per experiment ({label: {"tasks": {name: n_max}, "fit_min": f}}), over its fitted models
+    (`models`: attention_report.per_model of the attention table): Spearman between the
+    attribution on the dependency set at each task's longest test length and exact match there
+    (mean over k or depth), one-sided permutation p; PASS when positive with p <= alpha, FAIL
+    otherwise, INCONCLUSIVE below `min_models` fitted models or when either side is constant.
+    The attention mass (best head of the last layer) follows as a descriptive row: a first
+    probe found it unrelated to accuracy at SEP."""
+    rows = []
+    for label, exp in experiments.items():
+        points = _attention_points(models, sweep, exp)
+        fit = points[points["fits"]]
+        unfit = model_names(points[~points["fits"]])
+        note = f"; left out, unfit: {unfit}" if unfit else ""
+        lengths = "/".join(str(n) for n in sorted(points["length"].unique())) or "-"
+        for measure, what in (("attribution", "attribution on dependencies"),
+                              ("attention", "attention mass on dependencies (best head, last layer)")):
+            check = f"{label} at n={lengths}: Spearman({what}, exact match), one point per fitted model"
+            threshold = f"> 0, p <= {st['alpha']:g} (one-sided)"
+            verdict = measure == "attribution"  # the attention mass is shown, not judged
+            rows.append(_association_row(check, fit, measure, threshold, cfg, st, note, verdict))
+    return rows
+
+
+def _attention_points(models: pd.DataFrame, sweep: pd.DataFrame, exp: dict) -> pd.DataFrame:
+    """One row per model of the experiment at its task's longest test length: the attention
+    measures, its exact match there and whether it fit its training lengths."""
+    parts = []
+    for task, n_max in sorted(exp["tasks"].items()):
+        m = models[models["task"] == task]
+        if m.empty:
+            continue
+        m = m[m["length"] == m["length"].max()]
+        s = sweep[sweep["task"] == task]
+        acc = s.groupby(["task", "scheme", "seed", "length"])["accuracy"].mean().rename("accuracy")
+        fits = s.assign(fits=fitted(s, n_max, exp["fit_min"])).groupby(["task", "scheme", "seed"])["fits"].all()
+        parts.append(m.join(acc, on=["task", "scheme", "seed", "length"]).join(fits, on=["task", "scheme", "seed"]))
+    if not parts:
+        return pd.DataFrame(columns=["task", "scheme", "seed", "length", "attribution", "attention", "accuracy",
+                                     "fits"])
+    out = pd.concat(parts, ignore_index=True)
+    return out.assign(fits=out["fits"].fillna(False).astype(bool) & out["accuracy"].notna())
+
+
+def _association_row(check, fit: pd.DataFrame, measure: str, threshold, cfg, st, note, verdict: bool) -> dict:
+    if len(fit) < cfg["min_models"]:
+        return _row(ANALYSIS, check, math.nan, threshold, INCONCLUSIVE if verdict else DESCRIPTIVE,
+                    f"{len(fit)} fitted models; needs {cfg['min_models']}{note}", n=len(fit))
+    rho, p = stats.permutation_spearman(fit[measure], fit["accuracy"], "greater", st["n_perm"], st["seed"])
+    detail = (f"{measure} {fit[measure].min():.3f}-{fit[measure].max():.3f}, exact match "
+              f"{fit['accuracy'].min():.3f}-{fit['accuracy'].max():.3f}{note}")
+    if math.isnan(rho):
+        result = INCONCLUSIVE if verdict else DESCRIPTIVE
+        return _row(ANALYSIS, check, rho, threshold, result, "a side is constant: " + detail, n=len(fit))
+    result = (PASS if rho > 0 and p <= st["alpha"] else FAIL) if verdict else DESCRIPTIVE
+    return _row(ANALYSIS, check, rho, threshold if verdict else "-", result, detail, p=p, n=len(fit))
+
+
 # -- the scorecard ----------------------------------------------------------------------------
 
 # Claims whose experiments this grid does not run: listed, so the scorecard always covers
@@ -300,12 +363,20 @@ def unmeasured_rows(claims) -> list[dict]:
                  "no task of this experiment configured") for claim in claims]
 
 
+def heading(claim: str) -> str:
+    """How a verdict line names a claim of the paper, or an analysis beyond it."""
+    return f"claim {claim}" if claim in NOT_IN_GRID else claim
+
+
 def verdict(rows: list[dict], claim: str) -> str:
-    """One line per claim: reproduced only when every verdict row passes."""
+    """One line per claim: reproduced only when every verdict row passes. An analysis beyond
+    the paper reproduces nothing: its line only counts its results."""
     results = [r["result"] for r in rows if r["claim"] == claim and r["result"] in (PASS, FAIL, INCONCLUSIVE)]
     if not results:
         return "not measured"
     counts = ", ".join(f"{results.count(x)} {x}" for x in (PASS, FAIL, INCONCLUSIVE) if x in results)
+    if claim not in NOT_IN_GRID:
+        return f"beyond the paper, not one of its claims ({counts})"
     if all(r == PASS for r in results):
         return f"reproduced ({counts})"
     if all(r == INCONCLUSIVE for r in results):
@@ -318,7 +389,7 @@ def write_scorecard(rows: list[dict], csv_out, md_out) -> None:
     with atomic_path(csv_out) as tmp:
         df.to_csv(tmp, index=False, float_format="%.4f", lineterminator="\n")
     lines = ["# Claims scorecard\n"]
-    lines += [f"- claim {c}: {verdict(rows, c)}" for c in sorted(df["claim"].unique())]
+    lines += [f"- {heading(c)}: {verdict(rows, c)}" for c in sorted(df["claim"].unique())]
     lines += ["", "| claim | check | value | 95% CI | p | n | threshold | result | detail |", "|" + "---|" * 9]
     for r in df.itertuples():
         ci = "" if math.isnan(r.ci_low) else f"[{r.ci_low:.4f}, {r.ci_high:.4f}]"

@@ -90,6 +90,31 @@ def cmd_sweep(a) -> None:
     evaluate.length_sweep(a.model, a.data, a.out, a.eval, log=_log, expect=a.expect)
 
 
+def cmd_attention(a) -> None:
+    from lengthgen import attention
+
+    attention.cell_attention(a.model, a.data, a.out, a.config, log=_log)
+
+
+def cmd_language_attention(a) -> None:
+    from lengthgen.language import attention
+
+    _require(a.config, ("T_long", "T_short", "k", "seed", "device", "threads"), "--config")
+    attention.run(a.config, a.long, a.scores, a.tokenizer, a.tokens, a.out, log=_log)
+
+
+def cmd_aggregate_attention(a) -> None:
+    from lengthgen import attention_report
+
+    attention_report.aggregate(a.cells, a.csv)
+
+
+def cmd_figure_attention(a) -> None:
+    from lengthgen import attention_report
+
+    attention_report.figure(a.csv, a.kinds, a.out)
+
+
 def cmd_aggregate(a) -> None:
     from lengthgen import aggregate
 
@@ -117,12 +142,33 @@ def cmd_claims(a) -> None:
         import pandas as pd
 
         rows += claims.language_checks(pd.read_parquet(a.influence), cfg["language"], cfg["stats"])
+    if a.attention:
+        rows += _attention_rows(a, sweep)
     ran = {"1 sparsity": a.sparse_tasks, "2 coupling": coupled, "3 language": a.influence}
     missing = [claim for claim, tasks in ran.items() if not tasks]
     rows = sorted(rows + claims.unmeasured_rows(missing), key=lambda r: r["claim"])
     claims.write_scorecard(rows, a.csv, a.md)
     for claim in sorted({r["claim"] for r in rows}):
-        _log(f"claim {claim}: {claims.verdict(rows, claim)}")
+        _log(f"{claims.heading(claim)}: {claims.verdict(rows, claim)}")
+
+
+def _attention_rows(a, sweep) -> list[dict]:
+    """The attention analysis's rows: E1 (the sparse tasks together), then each E2/E3 kind."""
+    from lengthgen import attention_report, claims
+
+    cfg = a.config
+    experiments = {}
+    if a.sparse_tasks:
+        experiments["E1 sparse parity"] = {"tasks": dict.fromkeys(a.sparse_tasks, a.train_max),
+                                           "fit_min": cfg["sparsity"]["fit_min"]}
+    for name, info in sorted(a.coupling.items()):
+        label = attention_report.EXPERIMENTS[info["kind"]]
+        experiments.setdefault(label, {"tasks": {}, "fit_min": cfg["coupling"]["fit_min"]})["tasks"][name] = \
+            info["n_max"]
+    # per_model is read here, not in claims.py: the paper's figures import claims, and an edit of
+    # the attention table's code must not rerun them
+    models = attention_report.per_model(attention_report.read(a.attention))
+    return claims.attention_checks(models, sweep, experiments, cfg["attention"], cfg["stats"])
 
 
 def cmd_figure(a) -> None:
@@ -253,6 +299,34 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--expect", type=_identity, help="the cell the model must be: task/scheme/seed<n>@config")
     s.set_defaults(func=cmd_sweep)
 
+    s = sub.add_parser("attention", help="attention and attribution on the dependency sets of one trained cell")
+    s.add_argument("--model", required=True)
+    s.add_argument("--data", required=True, help="the task's test set")
+    s.add_argument("--config", type=_json, default={},
+                   help="examples, targets, batch_size, device, threads (JSON; missing keys: the defaults)")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_attention)
+
+    s = sub.add_parser("language-attention", help="the long language model's attention at the scored tokens (E4)")
+    s.add_argument("--config", type=_json, required=True, help="T_long, T_short, k, seed, device, threads (JSON)")
+    s.add_argument("--long", required=True, help="the long model's model.pt")
+    s.add_argument("--scores", required=True, help="language/influence.parquet")
+    s.add_argument("--tokenizer", required=True)
+    s.add_argument("--tokens", required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_language_attention)
+
+    s = sub.add_parser("aggregate-attention", help="collect the cells' attention.parquet into one long table")
+    s.add_argument("--cells", nargs="+", required=True)
+    s.add_argument("--csv", required=True)
+    s.set_defaults(func=cmd_aggregate_attention)
+
+    s = sub.add_parser("figure-attention", help="dependency attribution and attention mass against length")
+    s.add_argument("--csv", required=True, help="tables/attention.csv")
+    s.add_argument("--kinds", type=_json, required=True, help="task name -> task kind (JSON)")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_figure_attention)
+
     s = sub.add_parser("aggregate", help="collect sweeps into results/tables")
     s.add_argument("--sweeps", nargs="+", required=True)
     s.add_argument("--expect", nargs="+", type=_identity, help="each sweep's cell identity, in the order of --sweeps")
@@ -268,6 +342,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--coupling", type=_json, default={},
                    help="E2/E3 tasks as JSON: {name: {kind, n_max, scheme_options}}")
     s.add_argument("--influence", help="the per-token scores results/language/influence.parquet (E4), if run")
+    s.add_argument("--attention", help="tables/attention.csv, if run: the analysis rows beyond the paper")
     s.add_argument("--csv", required=True)
     s.add_argument("--md", required=True)
     s.set_defaults(func=cmd_claims)

@@ -14,9 +14,10 @@ import pandas as pd
 from lengthgen.errors import UserError
 
 # The key columns of our tables: E1-E3 (task ... depth), the scorecard (claim, check), E4's
-# influence.csv (model, method, positions, k) and language_train.csv (model, step).
+# influence.csv (model, method, positions, k) and language_train.csv (model, step), and
+# attention.csv (task ... depth, then layer, head, metric).
 KEY_COLUMNS = ("task", "scheme", "seed", "length", "k", "depth", "claim", "check", "model", "method", "positions",
-               "step")
+               "step", "layer", "head", "metric")
 
 
 # What provenance.json records besides the commit: when one of these differs, cells can move by

@@ -11,7 +11,7 @@ import re
 
 import pandas as pd
 
-from lengthgen.claims import DESCRIPTIVE, verdict
+from lengthgen.claims import DESCRIPTIVE, heading, verdict
 from lengthgen.errors import UserError
 from lengthgen.fileio import write_text
 
@@ -42,7 +42,7 @@ def report(main: pd.DataFrame, other: pd.DataFrame, names=("default", "replicate
     for claim in sorted(both["claim"].unique()):
         rows = both[both["claim"] == claim]
         same = bool(rows["replicates"].all())
-        lines.append(f"- claim {claim}: {names[0]} {verdict(main.to_dict('records'), claim)}; {names[1]} "
+        lines.append(f"- {heading(claim)}: {names[0]} {verdict(main.to_dict('records'), claim)}; {names[1]} "
                      f"{verdict(other.to_dict('records'), claim)}; "
                      + ("every verdict replicates" if same else f"{int((~rows['replicates']).sum())} row(s) differ"))
     lines += ["", f"| claim | check | {names[0]} | {names[1]} | replicates |", "|---|---|---|---|---|"]

@@ -72,7 +72,7 @@ def scorecard(claims_csv) -> str:
     FAIL red, INCONCLUSIVE amber, N/A grey, descriptive rows plain."""
     df = read_table(claims_csv, CLAIMS_COLUMNS, "the claims scorecard", dtype=str, keep_default_na=False)
     rows = df.to_dict("records")
-    verdicts = "".join(f"<li><b>claim {html.escape(c)}</b>: {html.escape(claims.verdict(rows, c))}</li>"
+    verdicts = "".join(f"<li><b>{html.escape(claims.heading(c))}</b>: {html.escape(claims.verdict(rows, c))}</li>"
                        for c in sorted(df["claim"].unique()))
     counts = df["result"].value_counts()  # PASS, FAIL, INCONCLUSIVE always; N/A, descriptive where present
     tally = "".join(f'<span class="{result_class(r)}">{counts.get(r, 0)} {r}</span>' for r in RESULTS

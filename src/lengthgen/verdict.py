@@ -18,11 +18,12 @@ EXPERIMENTS = {"1 sparsity": "E1", "2 coupling": "E2, E3", "3 language": "E4"}
 
 
 def verdict_table(rows: list[dict]) -> str:
-    """Markdown: one row per claim, its verdict, the number of checks and how many gave each
-    result (descriptive rows, which are no verdicts, are not counted)."""
+    """Markdown: one row per claim of the paper, its verdict, the number of checks and how many
+    gave each result (descriptive rows, which are no verdicts, are not counted; nor are the
+    analyses beyond the paper, e.g. `analysis attention`, which are not its claims)."""
     from lengthgen.claims import DESCRIPTIVE, verdict
 
-    rows = [r for r in rows if r["result"] != DESCRIPTIVE]
+    rows = [r for r in rows if r["result"] != DESCRIPTIVE and r["claim"] in EXPERIMENTS]
     counts: dict[str, Counter] = {}
     for row in rows:
         counts.setdefault(row["claim"], Counter())[row["result"]] += 1

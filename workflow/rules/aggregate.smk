@@ -34,6 +34,7 @@ rule claims:
     input:
         sweep=results("tables/length_sweep.csv"),
         influence=language_scores(),
+        attention=attention_table(),
     output:
         csv=results("tables/claims.csv"),
         md=results("tables/claims.md"),
@@ -47,11 +48,14 @@ rule claims:
         config=as_json(CONFIG["claims"]),
         coupling=as_json(coupling_info()),
         influence=lambda w, input: f"--influence {input.influence[0]}" if input.influence else "",
+        attention=lambda w, input: f"--attention {input.attention[0]}" if input.attention else "",
         code=CODE["claims"],
+        # the attention rows read the table through lengthgen.attention_report (see cli.py)
+        attention_code=CODE["attention_report"] if CONFIG["attention"] else "",
     shell:
         "python -m lengthgen claims --sweep-csv {input.sweep:q} --sparse-tasks {params.sparse:q}"
         " --train-max {params.train_max} --config {params.config:q} --coupling {params.coupling:q}"
-        " {params.influence}"
+        " {params.influence} {params.attention}"
         " --csv {output.csv:q} --md {output.md:q} 2> {log:q} && cat {log:q}"
 
 

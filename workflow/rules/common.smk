@@ -44,6 +44,9 @@ CODE = {
         "data": "datasets",
         "train": "train",
         "evaluate": "evaluate",
+        "attention": "attention",
+        "attention_report": "attention_report",
+        "language_attention": "language.attention",
         "aggregate": "aggregate",
         "claims": "claims",
         "report": "report",
@@ -200,6 +203,16 @@ def figures():
     }
     language = ["influence_gap", "influence_recovered", "influence_short_model"] if CONFIG["language"] else []
     return [name for name, present in kinds.items() if present] + language
+
+
+def attention_outputs():
+    """The attention analysis's table and figure (none when `attention` is null)."""
+    return [results("tables/attention.csv"), results("figures/attention.png")] if CONFIG["attention"] else []
+
+
+def attention_table():
+    """What the claims rule reads for the attention row (none when `attention` is null)."""
+    return [results("tables/attention.csv")] if CONFIG["attention"] else []
 
 
 def language_models(name):

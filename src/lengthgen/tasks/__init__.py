@@ -11,6 +11,9 @@ A task module provides:
   eval_k(params, eval_cfg)        the k values evaluated (empty for tasks without k)
   generate_train(params, n_examples, rng) -> dict of numpy columns
   generate_test(params, eval_cfg, seed)   -> dict of numpy columns
+  dependencies(tokens, positions, answer_start) -> [(target, [indices])]: per scored target of
+                                  one example, the tokens its value depends on (the model
+                                  predicts the target at index t from position t - 1)
 Columns: tokens / positions as lists of arrays, answer_start, length, plus task columns.
 The answer runs from answer_start to the end of the example.
 """

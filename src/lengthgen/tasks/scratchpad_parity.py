@@ -84,3 +84,10 @@ def generate_test(params, eval_cfg, seed: int):
         rng = np.random.default_rng([seed, n])
         rows.extend(rng.integers(0, 2, size=(eval_cfg["examples"], n)))
     return _columns(rows, params)
+
+
+def dependencies(tokens: np.ndarray, positions: np.ndarray, answer_start: int) -> list[tuple[int, list[int]]]:
+    """s_i = b_i xor s_{i-1}: answer bit i depends on prompt bit i (index i) and on the answer
+    bit before it (s_1 copies b_1). EOS depends on the count of bits, no token: not scored."""
+    a = int(answer_start)
+    return [(a + i - 1, [i] + ([a + i - 2] if i > 1 else [])) for i in range(1, a - 1)]

@@ -114,3 +114,9 @@ def generate_test(params, eval_cfg, seed: int):
             rng = np.random.default_rng([seed, n, k])
             blocks.append((n, k, _block(n, k, eval_cfg["examples"], params["locality"], rng)))
     return _columns(blocks)
+
+
+def dependencies(tokens: np.ndarray, positions: np.ndarray, answer_start: int) -> list[tuple[int, list[int]]]:
+    """The one target y (read at SEP) depends on the k planted tokens and nothing else."""
+    planted = np.flatnonzero(np.asarray(tokens[:answer_start]) >= PLANTED_ZERO)
+    return [(int(answer_start), planted.tolist())]

@@ -140,3 +140,14 @@ def generate_test(params, eval_cfg, seed: int):
             rng = np.random.default_rng([seed, n, d])
             rows.extend(_row(n, d, params, rng) for _ in range(eval_cfg["examples"]))
     return _columns(rows)
+
+
+def dependencies(tokens: np.ndarray, positions: np.ndarray, answer_start: int) -> list[tuple[int, list[int]]]:
+    """Each answer token but EOS copies a token of the statement the next hop reads (the one
+    whose left-hand side the model is looking up): it depends on that statement's 4 tokens.
+    Its coupled ID is the index of the prompt token it copies, so the data alone say which."""
+    out = []
+    for t in range(int(answer_start), len(tokens) - 1):
+        first = 1 + STATEMENT * ((int(positions[t]) - 1) // STATEMENT)
+        out.append((t, list(range(first, first + STATEMENT))))
+    return out

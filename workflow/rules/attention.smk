@@ -1,0 +1,105 @@
+# Attention sparsity (an analysis beyond the paper): per trained cell, attention and attribution
+# on the tokens each target depends on, at every test length; then one long table and a figure.
+# Included only when the config's `attention` is not null.
+
+ATTENTION = CONFIG["attention"]
+
+
+localrules:
+    aggregate_attention,
+    figure_attention,
+
+
+rule attention:
+    input:
+        model=results("runs/{task}/{scheme}/seed{seed}/model.pt"),
+        # the test set the cell's sweep reads: its seed's own draw by default (test_sets)
+        data=lambda w: results(f"data/{w.task}/{lgconfig.test_split(CONFIG, int(w.seed))}.parquet"),
+    output:
+        results("runs/{task}/{scheme}/seed{seed}/attention.parquet"),
+    log:
+        results("logs/attention/{task}/{scheme}/seed{seed}.log"),
+    benchmark:
+        results("benchmarks/attention/{task}/{scheme}/seed{seed}.tsv")
+    conda:
+        ENV
+    threads: CONFIG["threads"]
+    resources:
+        gpu=GPU,
+    params:
+        config=as_json({**ATTENTION, "device": CONFIG["device"], "threads": CONFIG["threads"]}),
+        code=CODE["attention"],
+    shell:
+        "python -m lengthgen attention --model {input.model:q} --data {input.data:q} --config {params.config:q}"
+        " --out {output:q} 2> {log:q}"
+
+
+# E4: the long language model's attention at the scored tokens, against their greedy tokens.
+if CONFIG["language"]:
+
+    rule language_attention:
+        input:
+            long=results("language/models/long/model.pt"),
+            scores=results("language/influence.parquet"),
+            tokenizer=results("language/tokenizer.json"),
+            tokens=results("language/tokens/tokens.json"),
+        output:
+            results("language/attention.parquet"),
+        log:
+            results("logs/language/attention.log"),
+        conda:
+            ENV
+        threads: CONFIG["threads"]
+        params:
+            config=as_json(
+                {
+                    "T_long": CONFIG["language"]["T_long"],
+                    "T_short": CONFIG["language"]["T_short"],
+                    "k": CONFIG["claims"]["language"]["greedy_k"],
+                    "seed": CONFIG["language"]["seed"] + CONFIG["seed_offset"],
+                    "device": CONFIG["device"],
+                    "threads": CONFIG["threads"],
+                }
+            ),
+            tokens_dir=subpath(input.tokens, parent=True),
+            code=CODE["language_attention"],
+        shell:
+            "python -m lengthgen language-attention --config {params.config:q} --long {input.long:q}"
+            " --scores {input.scores:q} --tokenizer {input.tokenizer:q} --tokens {params.tokens_dir:q}"
+            " --out {output:q} 2> {log:q}"
+
+
+rule aggregate_attention:
+    input:
+        cell_paths(results("runs/{task}/{scheme}/seed{seed}/attention.parquet")),
+        [results("language/attention.parquet")] if CONFIG["language"] else [],
+    output:
+        results("tables/attention.csv"),
+    log:
+        results("logs/aggregate_attention.log"),
+    conda:
+        ENV
+    params:
+        code=CODE["attention_report"],
+    shell:
+        "python -m lengthgen aggregate-attention --cells {input:q} --csv {output:q} 2> {log:q}"
+
+
+rule figure_attention:
+    input:
+        results("tables/attention.csv"),
+    output:
+        report(
+            results("figures/attention.png"),
+            caption="../report/attention.rst",
+            category="Attention sparsity (beyond the paper)",
+        ),
+    log:
+        results("logs/figures/attention.log"),
+    conda:
+        ENV
+    params:
+        kinds=as_json({t["name"]: t["kind"] for t in CONFIG["tasks"]}),
+        code=CODE["attention_report"],
+    shell:
+        "python -m lengthgen figure-attention --csv {input:q} --kinds {params.kinds:q} --out {output:q} 2> {log:q}"
