@@ -13,6 +13,7 @@ from conftest import TINY_MODEL, error_lines, run_lengthgen, write_dataset
 
 from lengthgen import attention, train
 from lengthgen.config import fill_defaults
+from lengthgen.errors import UserError
 from lengthgen.model import ModelConfig, Transformer
 
 ENCODINGS = {  # name: encoding, whether the IDs are coupled (repeated, not increasing)
@@ -192,3 +193,24 @@ def test_a_forward_that_drifts_from_the_models_is_refused(tmp_path, tiny_cell, t
     with pytest.raises(RuntimeError, match="recomputed forward is off the model's"):
         attention.cell_attention(model, tiny_dataset["test"], tmp_path / "a.parquet", {}, log=lambda m: None)
     assert not (tmp_path / "a.parquet").exists()
+
+
+def test_another_cells_model_is_refused_and_the_table_records_its_cell(tmp_path, tiny_cell, tiny_dataset):
+    from lengthgen import identity
+    from lengthgen.aggregate import sweep_identity
+    from lengthgen.attention_report import aggregate
+
+    model = _train(tmp_path, tiny_cell, tiny_dataset, "tiny", "rope")
+    own = identity.of_cell(tiny_cell(task="tiny", scheme="rope"))
+    other = identity.of_cell(tiny_cell(task="tiny", scheme="rope", seed=5))
+    done = run_lengthgen("attention", "--model", model, "--data", tiny_dataset["test"], "--expect", other,
+                         "--out", tmp_path / "a.parquet")
+    assert done.returncode == 2 and error_lines(done.stderr) == [
+        f"lengthgen: error: {model}: holds the model of {identity.describe(own)}, expected {identity.describe(other)}; "
+        "delete it and rerun the workflow to retrain this cell"]
+    out = tmp_path / "b.parquet"
+    attention.cell_attention(model, tiny_dataset["test"], out, {"examples": 2}, log=lambda m: None, expect=own)
+    assert sweep_identity(out) == own
+    aggregate([out], tmp_path / "t.csv", expected=[own])
+    with pytest.raises(UserError, match="holds the attention table of"):
+        aggregate([out], tmp_path / "t.csv", expected=[other])

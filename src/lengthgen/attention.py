@@ -27,10 +27,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lengthgen import datasets, positions, tasks
+from lengthgen import datasets, identity, positions, tasks
 from lengthgen import device as devices
 from lengthgen.errors import UserError
-from lengthgen.evaluate import _check_match, load_model
+from lengthgen.evaluate import _check_match, held_identity, load_model
 from lengthgen.explicit_attention import attention_forward, embed
 from lengthgen.fileio import write_parquet
 
@@ -164,11 +164,15 @@ def group_means(model, rows: dict, batch_size: int, dev, check: bool) -> tuple[d
     return {key: total / n for key, total in sums.items()}, error
 
 
-def cell_attention(model_path, data_path, out, cfg: dict, log=print) -> None:
-    """Write one row per (test group, layer, head, metric) of one trained cell, long format."""
+def cell_attention(model_path, data_path, out, cfg: dict, log=print, expect: str | None = None) -> None:
+    """Write one row per (test group, layer, head, metric) of one trained cell, long format.
+    `expect`: the identity token of the cell (lengthgen.identity); the checkpoint must hold it,
+    and the table records it, as a sweep does."""
     cfg = {**DEFAULTS, **cfg}
     dev = devices.resolve(cfg.get("device", "cpu"), cfg.get("threads", 1))
     model, ckpt = load_model(model_path, dev)
+    held = held_identity(ckpt)
+    identity.check(model_path, held, expect, "the model", "delete it and rerun the workflow to retrain this cell")
     model.requires_grad_(False)  # gradients are taken with respect to the embeddings only
     table, meta = datasets.read(data_path)
     _check_match(ckpt, meta, model_path, data_path)
@@ -203,4 +207,4 @@ def cell_attention(model_path, data_path, out, cfg: dict, log=print) -> None:
     if not columns["value"]:
         raise UserError(f"{data_path}: no test examples; regenerate it")
     columns["value"] = np.array(columns["value"], dtype=np.float64)
-    write_parquet(out, columns)
+    write_parquet(out, columns, metadata={identity.SWEEP_KEY: held.encode()} if held else None)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lengthgen.aggregate import AXES, PRECISION, keys_of, read_table
+from lengthgen import identity
+from lengthgen.aggregate import AXES, PRECISION, keys_of, read_table, sweep_identity
 from lengthgen.errors import UserError
 from lengthgen.fileio import atomic_path
 
@@ -21,8 +22,18 @@ EXPERIMENTS = {"sparse_parity": "E1 sparse parity", "scratchpad_parity": "E2 par
                "variable_assignment": "E3 variable assignment"}
 
 
-def collect(paths) -> pd.DataFrame:
-    df = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+def collect(paths, expected=None, language=None) -> pd.DataFrame:
+    """The cells' tables (each checked to be of its cell, as the sweeps are: `expected`, one
+    identity token per path) and E4's (`language`, checked by its own job) in one long table."""
+    frames = [pd.read_parquet(p) for p in paths]
+    for path, df, token in zip(paths, frames, expected or [None] * len(frames), strict=True):
+        held = sweep_identity(path)  # recorded as a sweep records it
+        cells = sorted({identity.cell_key(*c) for c in df[["task", "scheme", "seed"]].itertuples(index=False)})
+        if held is not None and cells != [identity.key(held)]:
+            raise UserError(f"{path}: rows of {', '.join(cells)} in the attention table of {identity.describe(held)}; "
+                            "delete it and rerun")
+        identity.check(path, held, token, "the attention table", "delete it and rerun the workflow to redo it")
+    df = pd.concat(frames + ([pd.read_parquet(language)] if language else []), ignore_index=True)
     for axis in [*AXES, "layer", "head"]:
         if axis in df.columns:
             df[axis] = df[axis].astype("Int32")
@@ -31,8 +42,8 @@ def collect(paths) -> pd.DataFrame:
     return df.sort_values(keys, kind="stable", na_position="last").reset_index(drop=True)
 
 
-def aggregate(paths, csv_out) -> pd.DataFrame:
-    df = collect(paths)
+def aggregate(paths, csv_out, expected=None, language=None) -> pd.DataFrame:
+    df = collect(paths, expected, language)
     with atomic_path(csv_out) as tmp:
         df.to_csv(tmp, index=False, float_format=f"%.{PRECISION}f", lineterminator="\n")
     return df

@@ -93,20 +93,22 @@ def cmd_sweep(a) -> None:
 def cmd_attention(a) -> None:
     from lengthgen import attention
 
-    attention.cell_attention(a.model, a.data, a.out, a.config, log=_log)
+    attention.cell_attention(a.model, a.data, a.out, a.config, log=_log, expect=a.expect)
 
 
 def cmd_language_attention(a) -> None:
     from lengthgen.language import attention
 
     _require(a.config, ("T_long", "T_short", "k", "seed", "device", "threads"), "--config")
-    attention.run(a.config, a.long, a.scores, a.tokenizer, a.tokens, a.out, log=_log)
+    attention.run(a.config, a.long, a.scores, a.tokenizer, a.tokens, a.out, log=_log, expect=a.expect)
 
 
 def cmd_aggregate_attention(a) -> None:
     from lengthgen import attention_report
 
-    attention_report.aggregate(a.cells, a.csv)
+    if a.expect is not None and len(a.expect) != len(a.cells):
+        raise UserError(f"--expect: {len(a.expect)} cell identities for {len(a.cells)} attention tables")
+    attention_report.aggregate(a.cells, a.csv, expected=a.expect, language=a.language)
 
 
 def cmd_figure_attention(a) -> None:
@@ -304,6 +306,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--data", required=True, help="the task's test set")
     s.add_argument("--config", type=_json, default={},
                    help="examples, targets, batch_size, device, threads (JSON; missing keys: the defaults)")
+    s.add_argument("--expect", type=_identity, help="the cell the model must be: task/scheme/seed<n>@config")
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_attention)
 
@@ -311,6 +314,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--config", type=_json, required=True, help="T_long, T_short, k, seed, device, threads (JSON)")
     s.add_argument("--long", required=True, help="the long model's model.pt")
     s.add_argument("--scores", required=True, help="language/influence.parquet")
+    s.add_argument("--expect", type=_lm_identity, help="the long model's identity (language/long@config)")
     s.add_argument("--tokenizer", required=True)
     s.add_argument("--tokens", required=True)
     s.add_argument("--out", required=True)
@@ -318,6 +322,8 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("aggregate-attention", help="collect the cells' attention.parquet into one long table")
     s.add_argument("--cells", nargs="+", required=True)
+    s.add_argument("--expect", nargs="+", type=_identity, help="each table's cell identity, in the order of --cells")
+    s.add_argument("--language", help="E4's language/attention.parquet, if run")
     s.add_argument("--csv", required=True)
     s.set_defaults(func=cmd_aggregate_attention)
 

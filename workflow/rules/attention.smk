@@ -28,10 +28,12 @@ rule attention:
         gpu=GPU,
     params:
         config=as_json({**ATTENTION, "device": CONFIG["device"], "threads": CONFIG["threads"]}),
+        # the cell the checkpoint must be, as for its sweep
+        expect=lambda w: lgconfig.cell_token(CONFIG, w.task, w.scheme, int(w.seed)),
         code=CODE["attention"],
     shell:
         "python -m lengthgen attention --model {input.model:q} --data {input.data:q} --config {params.config:q}"
-        " --out {output:q} 2> {log:q}"
+        " --expect {params.expect:q} --out {output:q} 2> {log:q}"
 
 
 # E4: the long language model's attention at the scored tokens, against their greedy tokens.
@@ -62,17 +64,18 @@ if CONFIG["language"]:
                 }
             ),
             tokens_dir=subpath(input.tokens, parent=True),
+            expect=lgconfig.lm_token(CONFIG, "long"),
             code=CODE["language_attention"],
         shell:
             "python -m lengthgen language-attention --config {params.config:q} --long {input.long:q}"
             " --scores {input.scores:q} --tokenizer {input.tokenizer:q} --tokens {params.tokens_dir:q}"
-            " --out {output:q} 2> {log:q}"
+            " --expect {params.expect:q} --out {output:q} 2> {log:q}"
 
 
 rule aggregate_attention:
     input:
-        cell_paths(results("runs/{task}/{scheme}/seed{seed}/attention.parquet")),
-        [results("language/attention.parquet")] if CONFIG["language"] else [],
+        cells=cell_paths(results("runs/{task}/{scheme}/seed{seed}/attention.parquet")),
+        language=[results("language/attention.parquet")] if CONFIG["language"] else [],
     output:
         results("tables/attention.csv"),
     log:
@@ -80,9 +83,12 @@ rule aggregate_attention:
     conda:
         ENV
     params:
+        expect=cell_tokens(),  # each table's cell, in the order of the inputs
+        language=lambda w, input: f"--language {input.language[0]}" if input.language else "",
         code=CODE["attention_report"],
     shell:
-        "python -m lengthgen aggregate-attention --cells {input:q} --csv {output:q} 2> {log:q}"
+        "python -m lengthgen aggregate-attention --cells {input.cells:q} --expect {params.expect:q}"
+        " {params.language} --csv {output:q} 2> {log:q}"
 
 
 rule figure_attention:

@@ -131,7 +131,7 @@ def intermediates():
     """Every file the tables are made from (not the fetched corpus archive, a download cache)."""
     tests = {(t, lgconfig.test_split(CONFIG, seed)) for t, _, seed in cells()}  # the draws the sweeps read
     files = [results(f"data/{t}/{split}.parquet") for t, split in sorted({(t, "train") for t in TASK_NAMES} | tests)]
-    for name in CELL_FILES:
+    for name in CELL_FILES + (("attention.parquet",) if CONFIG["attention"] else ()):
         files += cell_paths(results(f"runs/{{task}}/{{scheme}}/seed{{seed}}/{name}"))
     if CONFIG["language"]:
         tokens = ["train.npy", "train_docs.npy", "validation.npy", "validation_docs.npy", "tokens.json"]
@@ -139,6 +139,7 @@ def intermediates():
         files += [results(f"language/tokens/{name}") for name in tokens]
         files += [f for name in ("model.pt", "train_log.parquet", "meta.json") for f in language_models(name)]
         files += language_scores()
+        files += [results("language/attention.parquet")] if CONFIG["attention"] else []
     return files
 
 

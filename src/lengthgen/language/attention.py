@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 
 from lengthgen import device as devices
+from lengthgen import identity
 from lengthgen.errors import UserError
 from lengthgen.explicit_attention import attention_forward, embed
 from lengthgen.fileio import write_parquet
@@ -61,12 +62,15 @@ def measure(model, ctx: torch.Tensor, greedy: torch.Tensor, k: int, d: int) -> d
     return out
 
 
-def run(cfg: dict, long_path, scores_path, tokenizer_path, tokens_dir, out, log=print) -> None:
-    """cfg: T_long, T_short, k (the greedy k compared), seed (the model's), device, threads."""
+def run(cfg: dict, long_path, scores_path, tokenizer_path, tokens_dir, out, log=print, expect=None) -> None:
+    """cfg: T_long, T_short, k (the greedy k compared), seed (the model's), device, threads.
+    `expect`: the long model's identity token (lengthgen.identity); its checkpoint must hold it."""
     devices.resolve(cfg["device"], cfg["threads"])  # sets the thread count; the model is small
     tok = tokenizers.load(tokenizer_path)
     stream, _ = tokenizers.load_stream(tokens_dir, "validation", tok.sha256)
     model = lm.load(long_path)
+    held = identity.of_lm(model.spec) if isinstance(model.spec, dict) else None
+    identity.check(long_path, held, expect, "the language model", "delete it and rerun the workflow to retrain it")
     scores = pd.read_parquet(scores_path)
     scored = scores[scores["scored"]] if "scored" in scores else scores.iloc[:0]
     if scored.empty or "greedy_distances" not in scored:
