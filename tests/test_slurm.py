@@ -73,13 +73,17 @@ def _test_config(workdir: Path) -> Path:
 def _expected_cluster_jobs(config_path: Path) -> set[tuple[str, str]]:
     """(rule, wildcards) of every non-local job of the grid, as Snakemake prints them."""
     cfg = yaml.safe_load(config_path.read_text())
+    per_seed = cfg.get("test_sets", "per_seed") == "per_seed"  # each seed's own test draw
+    # the attention stage runs unless the config turns it off (attention: null)
+    cell_rules = ("train", "length_sweep") + (("attention",) if cfg.get("attention", {}) is not None else ())
     jobs = set()
     for task in cfg["tasks"]:
-        for split in ("train", "test"):
+        splits = ["train"] + ([f"test-seed{s}" for s in cfg["seeds"]] if per_seed else ["test"])
+        for split in splits:
             jobs.add(("generate_dataset", f"task={task['name']}, split={split}"))
         for scheme in task["schemes"]:
             for seed in cfg["seeds"]:
-                for rule in ("train", "length_sweep"):
+                for rule in cell_rules:
                     jobs.add((rule, f"task={task['name']}, scheme={scheme}, seed={seed}"))
     return jobs
 
