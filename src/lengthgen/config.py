@@ -172,7 +172,7 @@ def load_yaml(path) -> dict:
 
 
 # Rules whose jobs run torch on config["device"]; with `stack` > 1 training is train_seeds_<block>.
-DEVICE_RULES = ("train", "length_sweep", "train_lm", "score_influence")
+DEVICE_RULES = ("train", "length_sweep", "attention", "train_lm", "score_influence", "language_attention")
 
 
 def check_machine(config: dict, rules) -> None:

@@ -14,7 +14,7 @@ rule attention:
     input:
         model=results("runs/{task}/{scheme}/seed{seed}/model.pt"),
         # the test set the cell's sweep reads: its seed's own draw by default (test_sets)
-        data=lambda w: results(f"data/{w.task}/{lgconfig.test_split(CONFIG, int(w.seed))}.parquet"),
+        data=test_set,
     output:
         results("runs/{task}/{scheme}/seed{seed}/attention.parquet"),
     log:

@@ -117,6 +117,11 @@ def cell_paths(pattern):
     return [pattern.format(task=t, scheme=s, seed=seed) for t, s, seed in cells()]
 
 
+def test_set(wildcards):
+    """The test set a cell is scored on (its seed's own draw unless test_sets: shared)."""
+    return results(f"data/{wildcards.task}/{lgconfig.test_split(CONFIG, int(wildcards.seed))}.parquet")
+
+
 def cell_tokens():
     """The identity each cell's checkpoint and sweep must record (lengthgen.identity), in the
     order of cells()."""

@@ -4,7 +4,7 @@
 rule length_sweep:
     input:
         model=results("runs/{task}/{scheme}/seed{seed}/model.pt"),
-        data=lambda w: results(f"data/{w.task}/{lgconfig.test_split(CONFIG, int(w.seed))}.parquet"),
+        data=test_set,
     output:
         results("runs/{task}/{scheme}/seed{seed}/sweep.parquet"),
     log:
