@@ -216,6 +216,14 @@ def task_by_name(config: dict, name: str) -> dict:
     return next(t for t in config["tasks"] if t["name"] == name)
 
 
+def train_cost(config: dict, task_name: str) -> int:
+    """A training cell's cost, up to a factor: its step budget times its longest training
+    sequence (E2's cells cost about 20 times E1's). Only the order matters (job priorities)."""
+    task = task_by_name(config, task_name)
+    module = tasks.get(task["kind"])
+    return task["train"]["max_steps"] * module.seq_len(task["params"], task["params"]["n_max"])
+
+
 def test_split(config: dict, seed: int) -> str:
     """The test split a model of this seed is scored on: its own draw (test-seed<seed>), so that
     one draw's luck does not move every model together, or the draw all models share (test)."""

@@ -60,6 +60,14 @@ CODE = {
 }
 
 TASK_NAMES = [t["name"] for t in CONFIG["tasks"]]
+_TRAIN_COST = {t: lgconfig.train_cost(CONFIG, t) for t in TASK_NAMES}
+
+
+def train_priority(wildcards):
+    """Longest training cells first (E2's before E3's before E1's), so that no long training is
+    left running alone on one core at the end of a run; all below E4's chain (priority 1)."""
+    return 0.9 * _TRAIN_COST[wildcards.task] / max(_TRAIN_COST.values())
+
 
 # Warm start (lengthgen.warm): a local run's jobs fork from one server that has imported torch.
 # Cluster jobs and conda environments run in interpreters of their own, so they start cold.

@@ -21,6 +21,7 @@ if CONFIG["stack"] == 1:
             results("logs/train/{task}/{scheme}/seed{seed}.log"),
         benchmark:
             results("benchmarks/train/{task}/{scheme}/seed{seed}.tsv")
+        priority: train_priority
         conda:
             ENV
         threads: CONFIG["threads"]
@@ -62,6 +63,7 @@ else:
                 results(f"benchmarks/train/{{task}}/{{scheme}}/seeds{_seeds}.tsv")
             wildcard_constraints:
                 task="|".join(re.escape(t) for t in _tasks),
+            priority: train_priority
             conda:
                 ENV
             threads: CONFIG["threads"]
