@@ -36,7 +36,10 @@ from lengthgen.fileio import write_parquet
 
 DEFAULTS = {"examples": 16, "targets": 4, "batch_size": 256}  # as in the config schema's `attention`
 METRICS = ("mass", "topk_mass", "entropy", "rank")
-TOLERANCE = 1e-4  # largest |recomputed - model| logit accepted, relative to the largest |logit| (if > 1)
+# Largest |recomputed - model| logit accepted, relative to the largest |logit| (if > 1). float32
+# rounding reached 1.6e-4 on a fitted E1 nope model at n = 192 (1.6e-13 with both sides in float64);
+# a real mismatch is of the logits' order.
+TOLERANCE = 1e-3
 
 
 def row_stats(rows: torch.Tensor, query: torch.Tensor, deps: torch.Tensor) -> dict:
