@@ -137,7 +137,7 @@ def test_aggregate_refuses_a_sweep_without_identity(tmp_path, sweeps):
     pq.write_table(pq.read_table(path).replace_schema_metadata(None), path)
     proc, csv, _ = _aggregate(tmp_path, [path], [token])
     line = assert_one_line_error(proc, f"{path}: records no cell identity (the sweep), expected tiny/nope/seed0")
-    assert line.endswith("delete it and rerun the workflow to redo this cell's sweep") and not csv.exists()
+    assert line.endswith("delete it and rerun the workflow to redo it") and not csv.exists()
 
 
 def test_aggregate_of_the_right_sweeps(tmp_path, sweeps):

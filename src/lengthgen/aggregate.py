@@ -86,11 +86,17 @@ def check_cells(sweep_paths, frames: list[pd.DataFrame], expected=None) -> None:
                                 "come from its own sweep: delete the misplaced sweep (or model.pt) and rerun")
             seen[cell] = path
     for path, df, token in zip(sweep_paths, frames, expected or [None] * len(frames), strict=True):
-        held = sweep_identity(path)
-        if held is not None and _cells_of(df) != [identity.key(held)]:
-            raise UserError(f"{path}: rows of {', '.join(_cells_of(df))} in a sweep of {identity.describe(held)}; "
-                            "delete it and rerun its sweep")
-        identity.check(path, held, token, "the sweep", "delete it and rerun the workflow to redo this cell's sweep")
+        check_recorded_cell(path, df, token, "the sweep")
+
+
+def check_recorded_cell(path, df: pd.DataFrame, token: str | None, what: str) -> None:
+    """A cell's table (`what`: the sweep, the attention table) holds rows of the cell it records
+    only, and (with `token`) records the cell it is read for."""
+    held = sweep_identity(path)
+    if held is not None and _cells_of(df) != [identity.key(held)]:
+        raise UserError(f"{path}: rows of {', '.join(_cells_of(df))} in {what} of {identity.describe(held)}; "
+                        "delete it and rerun")
+    identity.check(path, held, token, what, "delete it and rerun the workflow to redo it")
 
 
 def collect(sweep_paths, expected=None) -> pd.DataFrame:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lengthgen import identity
-from lengthgen.aggregate import AXES, PRECISION, keys_of, read_table, sweep_identity
+from lengthgen.aggregate import AXES, PRECISION, check_recorded_cell, keys_of, read_table
 from lengthgen.errors import UserError
 from lengthgen.fileio import atomic_path
 
@@ -27,12 +26,7 @@ def collect(paths, expected=None, language=None) -> pd.DataFrame:
     identity token per path) and E4's (`language`, checked by its own job) in one long table."""
     frames = [pd.read_parquet(p) for p in paths]
     for path, df, token in zip(paths, frames, expected or [None] * len(frames), strict=True):
-        held = sweep_identity(path)  # recorded as a sweep records it
-        cells = sorted({identity.cell_key(*c) for c in df[["task", "scheme", "seed"]].itertuples(index=False)})
-        if held is not None and cells != [identity.key(held)]:
-            raise UserError(f"{path}: rows of {', '.join(cells)} in the attention table of {identity.describe(held)}; "
-                            "delete it and rerun")
-        identity.check(path, held, token, "the attention table", "delete it and rerun the workflow to redo it")
+        check_recorded_cell(path, df, token, "the attention table")  # recorded as a sweep records it
     df = pd.concat(frames + ([pd.read_parquet(language)] if language else []), ignore_index=True)
     for axis in [*AXES, "layer", "head"]:
         if axis in df.columns:

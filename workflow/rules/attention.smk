@@ -28,8 +28,7 @@ rule attention:
         gpu=GPU,
     params:
         config=as_json({**ATTENTION, "device": CONFIG["device"], "threads": CONFIG["threads"]}),
-        # the cell the checkpoint must be, as for its sweep
-        expect=lambda w: lgconfig.cell_token(CONFIG, w.task, w.scheme, int(w.seed)),
+        expect=cell_token,
         code=CODE["attention"],
     shell:
         "python -m lengthgen attention --model {input.model:q} --data {input.data:q} --config {params.config:q}"

@@ -130,6 +130,12 @@ def test_set(wildcards):
     return results(f"data/{wildcards.task}/{lgconfig.test_split(CONFIG, int(wildcards.seed))}.parquet")
 
 
+def cell_token(wildcards):
+    """The identity a cell's checkpoint must record (lengthgen.identity): a model.pt of another
+    cell in this cell's directory would be counted as this one."""
+    return lgconfig.cell_token(CONFIG, wildcards.task, wildcards.scheme, int(wildcards.seed))
+
+
 def cell_tokens():
     """The identity each cell's checkpoint and sweep must record (lengthgen.identity), in the
     order of cells()."""

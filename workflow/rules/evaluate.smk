@@ -18,8 +18,7 @@ rule length_sweep:
         gpu=GPU,
     params:
         eval=as_json(lgconfig.eval_slice(CONFIG)),
-        # the cell the checkpoint must be: a model.pt of another cell would be counted as this one
-        expect=lambda w: lgconfig.cell_token(CONFIG, w.task, w.scheme, int(w.seed)),
+        expect=cell_token,
         code=CODE["evaluate"],
     shell:
         "python -m lengthgen sweep --model {input.model:q} --data {input.data:q} --eval {params.eval:q}"
