@@ -187,16 +187,18 @@ def test_code_edit_reruns_exactly_its_stages(smoke_run, relpath, expected):
     assert planned_jobs(smoke_run) == []
 
 
-def test_two_clean_runs_give_byte_identical_tables(smoke_run, tmp_path):
-    """The fixture ran with --cores all, this one with --cores 1."""
+def test_two_clean_runs_give_byte_identical_tables_and_figures(smoke_run, tmp_path):
+    """The fixture ran with --cores all, this one with --cores 1. Figures too: a committed figure
+    that changes on every run (an unseeded jitter) would show in every diff."""
     copy_workflow(tmp_path)
     done = run_snakemake(tmp_path, "-c1", *SMOKE)
     assert done.returncode == 0, done.stderr[-3000:]
-    first, second = smoke_run / SMOKE_RESULTS / "tables", tmp_path / SMOKE_RESULTS / "tables"
-    names = sorted(p.name for p in first.iterdir())
-    assert names == sorted(p.name for p in second.iterdir()) and names
-    for name in names:
-        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    for folder in ("tables", "figures"):
+        first, second = smoke_run / SMOKE_RESULTS / folder, tmp_path / SMOKE_RESULTS / folder
+        names = sorted(p.name for p in first.iterdir())
+        assert names == sorted(p.name for p in second.iterdir()) and names
+        for name in names:
+            assert (first / name).read_bytes() == (second / name).read_bytes(), f"{folder}/{name}"
     shutil.rmtree(tmp_path / SMOKE_RESULTS)
 
 

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: clusters and CI have no display
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from lengthgen import claims  # noqa: E402
@@ -82,6 +83,7 @@ def sparsity_test(sweep_csv, tasks: list[str], train_max: int, out, cfg: dict, s
                              squeeze=False)
     for ax, scheme in zip(axes.flat, schemes, strict=False):
         g = points[points["scheme"] == scheme]
+        np.random.seed(st["seed"])  # seaborn's jitter draws from numpy's global generator: same figure every run
         sns.stripplot(data=g, x="k", y="accuracy", ax=ax, color="grey", alpha=0.6, size=4, jitter=0.15)
         sns.pointplot(data=g, x="k", y="accuracy", ax=ax, errorbar=("ci", 95), n_boot=st["n_boot"], seed=st["seed"],
                       color="black", markers="D", linestyles="-")
