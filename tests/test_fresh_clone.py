@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
+import re
 import shutil
 import struct
 import subprocess
@@ -126,3 +128,38 @@ def test_report_landing_page_shows_the_scorecard_in_chromium(clone, tmp_path, re
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (1400, 1000)
     print(f"screenshot: {shot}")
+
+
+# Run in the rendered page: where the scorecard and the rule graph lie, once both are drawn.
+MEASURE = """<script>
+(function measure() {
+  const table = document.querySelector("table.scorecard"), graph = document.getElementById("rulegraph");
+  if (!table || !graph || !graph.querySelector("canvas")) { setTimeout(measure, 50); return; }
+  const box = (e) => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const out = document.createElement("pre");
+  out.id = "geometry";
+  out.textContent = JSON.stringify({table: box(table), graph: box(graph),
+                                    width: document.documentElement.clientWidth});
+  document.body.appendChild(out);
+})();
+</script>
+"""
+
+
+@pytest.mark.parametrize("width", [1400, 1920])
+def test_report_landing_page_keeps_the_scorecard_clear_of_the_rule_graph(clone, tmp_path, width):
+    """On a laptop's and a desktop's window the scorecard neither runs under the rule graph
+    (Snakemake's viewer puts it beside the text) nor past the window's right edge."""
+    page = (clone["dir"] / "results/report.html").read_text(encoding="utf-8")
+    end = page.rindex("</body>")
+    probe = tmp_path / "report.html"
+    probe.write_text(page[:end] + MEASURE + page[end:], encoding="utf-8")
+    dom = render(chromium(), probe, tmp_path, "--dump-dom", "--virtual-time-budget=10000",
+                 f"--window-size={width},1000").stdout
+    found = re.search(r'<pre id="geometry">([^<]*)</pre>', dom)
+    assert found, "the page never drew both the scorecard and the rule graph"
+    geometry = json.loads(found.group(1))
+    (left, top, right, bottom), (g_left, g_top, g_right, g_bottom) = geometry["table"], geometry["graph"]
+    apart = right <= g_left or g_right <= left or bottom <= g_top or g_bottom <= top
+    assert apart, f"the scorecard {geometry['table']} overlaps the rule graph {geometry['graph']}"
+    assert right <= geometry["width"], f"the scorecard ends at x={right}, past the window's {geometry['width']}"

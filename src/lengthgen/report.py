@@ -29,7 +29,8 @@ STYLE = """\
 .lengthgen th, .lengthgen td { border: 1px solid #d0d4da; padding: 2px 7px; text-align: left; vertical-align: top; }
 .lengthgen th { background: #f1f3f5; }
 .lengthgen table.scorecard { font-size: 13px; width: 100%; }
-.lengthgen table.scorecard td:first-child { white-space: nowrap; }
+.lengthgen table.scorecard td:nth-child(2) { min-width: 10em; }
+.lengthgen table.scorecard td:last-child { min-width: 16em; overflow-wrap: anywhere; }
 .lengthgen td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .lengthgen td.result { font-weight: 700; text-align: center; white-space: nowrap; }
 .lengthgen .pass { background: #c6efce; color: #0b5d1e; }
@@ -40,10 +41,13 @@ STYLE = """\
 .lengthgen ul.verdicts { margin: 0.3em 0 0.8em; padding-left: 1.2em; }
 .lengthgen .tally span { display: inline-block; padding: 1px 8px; margin-right: 6px; font-weight: 700; }
 .lengthgen pre { background: #f8f9fa; border: 1px solid #d0d4da; padding: 8px; overflow-x: auto; font-size: 12px; }
-/* Inlined into the report's landing page: room for the table beside the rule graph, and the
-   viewer's centred pane starts at the top left, or a long or wide scorecard would push the
-   title out of reach. */
-.prose:has(.lengthgen) { max-width: 52rem; }
+/* Inlined into the report's landing page: the text and table take what the rule graph leaves
+   and the graph moves below them where the window is too narrow for both (else the table runs
+   under it), and the viewer's centred pane starts at the top left, or a long or wide scorecard
+   would push the title out of reach. */
+.prose:has(.lengthgen) { max-width: 72rem; }
+.py-2:has(.lengthgen) { min-width: 0; }
+.flex.gap-3:has(.lengthgen) { flex-wrap: wrap; }
 .h-screen.overflow-auto:has(.lengthgen) { align-items: flex-start; justify-content: flex-start; }
 """
 
