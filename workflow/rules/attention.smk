@@ -48,9 +48,13 @@ if CONFIG["language"]:
             results("language/attention.parquet"),
         log:
             results("logs/language/attention.log"),
+        benchmark:
+            results("benchmarks/language/attention.tsv")
         conda:
             ENV
         threads: CONFIG["threads"]
+        resources:
+            gpu=GPU,
         params:
             config=as_json(
                 {

@@ -47,8 +47,11 @@ def row_measures(rows: torch.Tensor, greedy: torch.Tensor, k: int, d: int) -> di
 
 @torch.no_grad()
 def measure(model, ctx: torch.Tensor, greedy: torch.Tensor, k: int, d: int) -> dict:
-    """{(layer, head, metric): (N,)}, layer and head None for the mean row over both."""
-    ids = torch.arange(ctx.shape[1]).expand_as(ctx)
+    """{(layer, head, metric): (N,)}, layer and head None for the mean row over both; on the
+    model's device."""
+    dev = next(model.parameters()).device
+    ctx, greedy = ctx.to(dev), greedy.to(dev)
+    ids = torch.arange(ctx.shape[1], device=dev).expand_as(ctx)
     _, probs = attention_forward(model, embed(model, ctx, ids), ids)
     last = [p[:, :, -1] for p in probs]  # (N, H, T) each
     out = {}
@@ -65,10 +68,10 @@ def measure(model, ctx: torch.Tensor, greedy: torch.Tensor, k: int, d: int) -> d
 def run(cfg: dict, long_path, scores_path, tokenizer_path, tokens_dir, out, log=print, expect=None) -> None:
     """cfg: T_long, T_short, k (the greedy k compared), seed (the model's), device, threads.
     `expect`: the long model's identity token (lengthgen.identity); its checkpoint must hold it."""
-    devices.resolve(cfg["device"], cfg["threads"])  # sets the thread count; the model is small
+    dev = devices.resolve(cfg["device"], cfg["threads"])
     tok = tokenizers.load(tokenizer_path)
     stream, _ = tokenizers.load_stream(tokens_dir, "validation", tok.sha256)
-    model = lm.load(long_path)
+    model = lm.load(long_path).to(dev)
     held = identity.of_lm(model.spec) if isinstance(model.spec, dict) else None
     identity.check(long_path, held, expect, "the language model", "delete it and rerun the workflow to retrain it")
     scores = pd.read_parquet(scores_path)
