@@ -77,7 +77,7 @@ CONFIG_CASES = [
     ("pointer_on_task_without_coupled_ids", {"tasks": [_task(schemes=["ptr"])], "schemes": {"ptr": {
         "encoding": "rope", "position_head": "pointer"}}}, "scheme 'ptr' needs coupled position IDs"),
     ("unknown_scheme_override", {"tasks": [{**ASSIGNMENT, "scheme_options": {"pcc": {"copy": True}}}],
-                                 "schemes": PPC_SCHEMES}, "tasks[0].schemes: unknown scheme 'pcc'"),
+                                 "schemes": PPC_SCHEMES}, "tasks[0].scheme_options: unknown scheme 'pcc'"),
     # E4: the short context must be shorter; k cannot exceed the distant window
     ("short_not_below_long", {"tasks": [_task()], "language": {"T_long": 64, "T_short": 64}},
      "config.language.T_short: 64 must be below T_long (64)"),
@@ -130,6 +130,34 @@ def test_good_config_control(tmp_path, good):
     assert proc.returncode == 0, proc.stderr
     assert "lengthgen: error:" not in proc.stderr
     assert not (wf / "results").exists()
+
+
+# Cross-key checks, on lengthgen.config directly (test_bad_config shows that the workflow turns
+# its UserError into the one line): (id, override, the error's start).
+CROSS_KEY_CASES = [
+    ("options_for_a_scheme_not_run", {"tasks": [{**ASSIGNMENT, "scheme_options": {"pc": {"copy": True}}}],
+                                      "schemes": {**PPC_SCHEMES, "pc": {"encoding": "rope"}}},
+     "config.tasks[0].scheme_options.pc: the task does not run 'pc'"),
+    ("bad_option_names_its_path", {"tasks": [{**ASSIGNMENT, "scheme_options": {"ppc": {"cpy": True}}}],
+                                   "schemes": PPC_SCHEMES}, "config.tasks[0].scheme_options.ppc:"),
+    ("training_beyond_max_position", {"tasks": [_task(**{"params.n_max": 40}, model={"max_position": 40})]},
+     "config.tasks[0].model.max_position: 40 is below the longest sequence (n = 40: 43 tokens)"),
+    ("files_without_a_path", {"tasks": [_task()], "language": {"corpus": {"source": "files"}}},
+     "config.language.corpus.path: source files needs"),
+]
+
+
+@pytest.mark.parametrize("override,start", [c[1:] for c in CROSS_KEY_CASES], ids=[c[0] for c in CROSS_KEY_CASES])
+def test_cross_key_config_errors_name_their_key(override, start):
+    from lengthgen import config
+    from lengthgen.errors import UserError
+
+    root = Path(__file__).resolve().parents[1]
+    schema = config.load_yaml(root / "workflow/schemas/config.schema.yaml")
+    base = yaml.safe_load((root / "config.yaml").read_text())
+    with pytest.raises(UserError) as err:
+        config.validate({**base, **override}, schema)
+    assert str(err.value).startswith(start), str(err.value)
 
 
 # -- CLI ----------------------------------------------------------------------------------

@@ -81,11 +81,13 @@ def validate(config: dict, schema: dict) -> dict:
         _check_model_shape(task["model"], f"{where}.model")
         task["scheme_options"] = _task_schemes(config, task, module, where, schema)
         module.check(task["params"], task["eval"], where)
-        longest = module.seq_len(task["params"], max(task["eval"]["lengths"]))
+        # training lengths too: a test grid may stop short of n_max
+        n = max(*task["eval"]["lengths"], task["params"]["n_max"])
+        longest = module.seq_len(task["params"], n)
         if longest > task["model"]["max_position"]:
             raise UserError(
                 f"{where}.model.max_position: {task['model']['max_position']} is below the longest "
-                f"test sequence ({longest} tokens)"
+                f"sequence (n = {n}: {longest} tokens)"
             )
     if config["language"] is not None:
         _check_language(config)
@@ -109,6 +111,8 @@ def _check_language(config: dict) -> None:
     if config["claims"]["language"]["greedy_k"] not in lang["influence"]["k"]:
         raise UserError(f"config.claims.language.greedy_k: {config['claims']['language']['greedy_k']} is not "
                         f"in language.influence.k {lang['influence']['k']}")
+    if lang["corpus"]["source"] == "files" and not lang["corpus"]["path"]:
+        raise UserError("config.language.corpus.path: source files needs a glob of the corpus files")
     if lang["model"]["max_position"] < lang["T_long"]:
         raise UserError(f"config.language.model.max_position: {lang['model']['max_position']} is below T_long")
     _check_model_shape(lang["model"], "config.language.model")
@@ -117,14 +121,20 @@ def _check_language(config: dict) -> None:
 def _task_schemes(config: dict, task: dict, module, where: str, schema: dict) -> dict:
     """The options of each scheme the task runs: the named scheme with the task's overrides."""
     known = ", ".join(sorted(config["schemes"]))
-    for s in [*task["schemes"], *task["scheme_options"]]:
-        if s not in config["schemes"]:
-            raise UserError(f"{where}.schemes: unknown scheme {s!r}; expected one of: {known}")
+    for key, names in (("schemes", task["schemes"]), ("scheme_options", task["scheme_options"])):
+        for s in names:
+            if s not in config["schemes"]:
+                raise UserError(f"{where}.{key}: unknown scheme {s!r}; expected one of: {known}")
+    for s in task["scheme_options"]:
+        if s not in task["schemes"]:  # options that would apply to nothing: a typo or a stale entry
+            raise UserError(f"{where}.scheme_options.{s}: the task does not run {s!r} (its schemes: "
+                            f"{', '.join(task['schemes'])})")
     out = {}
     for s in task["schemes"]:
         opts = _deep_merge(config["schemes"][s], task["scheme_options"].get(s, {}))
         fill_defaults(opts, schema["$defs"]["scheme"], schema)
-        _check(opts, schema["$defs"]["scheme"], schema, prefix=(*where.removeprefix("config.").split("."), s))
+        prefix = (*where.removeprefix("config.").split("."), "scheme_options", s)
+        _check(opts, schema["$defs"]["scheme"], schema, prefix=prefix)
         _check_scheme(opts, task["kind"], module, f"config.schemes.{s}", where)
         out[s] = opts
     return out
