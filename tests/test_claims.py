@@ -293,3 +293,22 @@ def test_power_is_high_for_a_clear_trend_and_nil_for_none():
     flat = clear.assign(accuracy=[0.7, 0.9, 0.9, 0.7, 0.8, 0.8])
     assert power.power(clear, 4, {"alpha": 0.01, "seed": 0}, n_sim=50, n_perm=500) == 1.0
     assert power.power(flat, 4, {"alpha": 0.01, "seed": 0}, n_sim=50, n_perm=500) < 0.1
+
+
+def test_power_draws_from_the_points_the_scorecard_tests():
+    """On the committed runs: as many points per scheme as the scorecard's claim-1 row counts,
+    and the two runs pooled hold both runs' points."""
+    from conftest import REPO
+
+    from lengthgen import power
+
+    counts = []
+    for run in ("results", "results-replicate"):
+        points, st = power.observed_points([REPO / run])
+        scorecard = pd.read_csv(REPO / run / "tables/claims.csv")
+        trend = scorecard[scorecard["check"].str.contains("Spearman\\(k, mean accuracy")]
+        n = {row.check.split(":")[0]: row.n for row in trend.itertuples()}
+        assert points.groupby("scheme").size().to_dict() == n and st["alpha"] == 0.01
+        counts.append(len(points))
+    both, _ = power.observed_points([REPO / "results", REPO / "results-replicate"])
+    assert len(both) == sum(counts)

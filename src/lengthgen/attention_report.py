@@ -11,7 +11,7 @@ import pandas as pd
 
 from lengthgen.aggregate import AXES, PRECISION, check_recorded_cell, keys_of, read_table
 from lengthgen.errors import UserError
-from lengthgen.fileio import atomic_path
+from lengthgen.fileio import atomic_path, save_png
 
 COLUMNS = ["task", "scheme", "seed", "length", "layer", "head", "metric", "value"]  # what every reader uses
 MEASURES = (("attribution", "attribution on dependencies"),
@@ -140,6 +140,4 @@ def figure(csv, kinds: dict, out) -> None:
     fig.suptitle("Attention sparsity: mass on the tokens each target depends on\n(mean over seeds, 95% band; "
                  "dotted: a uniform row)", y=1.0)
     fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png", dpi=130, bbox_inches="tight")
-    plt.close(fig)
+    save_png(fig, out, dpi=130)

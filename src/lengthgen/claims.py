@@ -52,6 +52,14 @@ def fitted(sweep: pd.DataFrame, train_max: int, fit_min: float):
 # -- claim 1: sparsity ------------------------------------------------------------------------
 
 
+def claim1_points(sweep: pd.DataFrame, train_max: int, cfg: dict) -> pd.DataFrame:
+    """The test's points: one per fitted model and k, its mean accuracy over the test lengths of
+    at least `min_length_ratio` x training. Columns scheme, task, seed, k, accuracy."""
+    long = sweep["length"] >= cfg["min_length_ratio"] * train_max
+    fits = fitted(sweep, train_max, cfg["fit_min"])
+    return sweep[long & fits].groupby(["scheme", "task", "seed", "k"])["accuracy"].mean().reset_index()
+
+
 def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int, cfg: dict, st: dict) -> list[dict]:
     """Claim 1, one verdict per scheme: one point per fitted model (its mean accuracy over the
     test lengths of at least `min_length_ratio` x training); PASS when Spearman(k, point) is
@@ -66,8 +74,9 @@ def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int
         longest = int(sweep["length"].max()) if len(sweep) else 0
         return rows + [_row("1 sparsity", f"no test length >= {cfg['min_length_ratio']:g}x the training length "
                             f"{train_max}", math.nan, "-", NOT_MEASURED, f"longest test length {longest}")]
+    points = claim1_points(sweep, train_max, cfg)
     for scheme, g in sweep.groupby("scheme", sort=True):
-        rows.append(_trend_row(scheme, g, long, train_max, cfg, st))
+        rows.append(_trend_row(scheme, g, points[points["scheme"] == scheme], cfg, st))
         fit = g[g["fits"]]
         for n in long:
             by_k = fit[fit["length"] == n].groupby("k")["accuracy"].mean().sort_index()
@@ -91,12 +100,11 @@ def _fit_row(sweep: pd.DataFrame, train_max: int, fit_min: float) -> dict:
                 f">= {fit_min} each", DESCRIPTIVE, detail, n=len(acc))
 
 
-def _trend_row(scheme: str, g: pd.DataFrame, long: list, train_max: int, cfg: dict, st: dict) -> dict:
+def _trend_row(scheme: str, g: pd.DataFrame, points: pd.DataFrame, cfg: dict, st: dict) -> dict:
+    """The scheme's verdict from its sweep rows `g` and its claim-1 `points`."""
     lo_ratio = cfg["min_length_ratio"]
     check = f"{scheme}: Spearman(k, mean accuracy at n >= {lo_ratio:g}x), one point per fitted model"
     threshold = f"p <= {st['alpha']:g} (one-sided)"
-    points = (g[g["fits"] & g["length"].isin(long)].groupby(["task", "seed", "k"])["accuracy"].mean()
-              .reset_index())
     counts = points.groupby("k").size()
     unfit = model_names(g[~g["fits"]])
     left_out = f"; left out, unfit: {unfit}" if unfit else ""

@@ -1,4 +1,5 @@
-"""`python -m lengthgen <stage> ...`: one subcommand per Snakemake rule.
+"""`python -m lengthgen <stage> ...`: one subcommand per pipeline stage (what the Snakemake rules
+run), and the tools beside them: diff, replicate and power.
 
 Each stage reads only the paths it is given and writes only its outputs, all or nothing.
 Errors a user can cause print one line (`lengthgen: error: ...`) and exit with status 2.
@@ -21,24 +22,36 @@ def _json(text: str):
         raise argparse.ArgumentTypeError(f"not valid JSON ({err.msg})") from None
 
 
-def _identity(text: str) -> str:
-    """A cell's identity token (lengthgen.identity), checked for its form."""
-    from lengthgen import identity
+def _token_type(check: str, what: str):
+    """An argparse type: an identity token (lengthgen.identity), checked for its form by the
+    module's function `check`."""
 
-    try:
-        return identity.check_token(text, "cell identity")
-    except UserError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    def parse(text: str) -> str:
+        from lengthgen import identity
+
+        try:
+            return getattr(identity, check)(text, what)
+        except UserError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return parse
 
 
-def _lm_identity(text: str) -> str:
-    """A language model's identity token (lengthgen.identity), checked for its form."""
-    from lengthgen import identity
+_identity = _token_type("check_token", "cell identity")
+_lm_identity = _token_type("check_lm_token", "language model identity")
 
-    try:
-        return identity.check_lm_token(text, "language model identity")
-    except UserError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+
+def _same_count(expect: list | None, inputs: list, what: str) -> None:
+    """--expect, where given, names one cell identity per input."""
+    if expect is not None and len(expect) != len(inputs):
+        raise UserError(f"--expect: {len(expect)} cell identities for {len(inputs)} {what}")
+
+
+def _named_path(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not (sep and name and path):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=PATH")
+    return name, path
 
 
 def _log(msg: str) -> None:
@@ -106,8 +119,7 @@ def cmd_language_attention(a) -> None:
 def cmd_aggregate_attention(a) -> None:
     from lengthgen import attention_report
 
-    if a.expect is not None and len(a.expect) != len(a.cells):
-        raise UserError(f"--expect: {len(a.expect)} cell identities for {len(a.cells)} attention tables")
+    _same_count(a.expect, a.cells, "attention tables")
     attention_report.aggregate(a.cells, a.csv, expected=a.expect, language=a.language)
 
 
@@ -120,8 +132,7 @@ def cmd_figure_attention(a) -> None:
 def cmd_aggregate(a) -> None:
     from lengthgen import aggregate
 
-    if a.expect is not None and len(a.expect) != len(a.sweeps):
-        raise UserError(f"--expect: {len(a.expect)} cell identities for {len(a.sweeps)} sweeps")
+    _same_count(a.expect, a.sweeps, "sweeps")
     aggregate.aggregate(a.sweeps, a.csv, a.md, expected=a.expect)
 
 
@@ -136,6 +147,7 @@ def cmd_claims(a) -> None:
     from lengthgen.aggregate import read_sweep
 
     coupled, cfg = a.coupling, a.config
+    _require(cfg, ("sparsity", "coupling", "language", "attention", "stats"), "--config")
     sweep = read_sweep(a.sweep_csv, [*a.sparse_tasks, *coupled])
     rows = claims.sparsity_checks(sweep, a.sparse_tasks, a.train_max, cfg["sparsity"], cfg["stats"]) \
         if a.sparse_tasks else []
@@ -183,6 +195,7 @@ def cmd_figure(a) -> None:
     elif a.kind == "sparsity_test":
         if a.claims is None:
             raise UserError("figure --kind sparsity_test: needs --claims (the config's claims, JSON)")
+        _require(a.claims, ("sparsity", "stats"), "--claims")
         figures.sparsity_test(a.sweep_csv, a.tasks, max(a.train_max), a.out, a.claims["sparsity"], a.claims["stats"])
     else:
         figures.sparse_parity(a.sweep_csv, a.tasks, max(a.train_max), a.out, a.fit_min)
@@ -233,8 +246,7 @@ def cmd_score(a) -> None:
     from lengthgen.language import influence
 
     expect = {identity.key(t).removeprefix("language/"): t for t in a.expect} if a.expect else None
-    influence.run(a.config, a.long, dict(m.split("=", 1) for m in a.short), a.tokenizer, a.tokens, a.out, log=_log,
-                  expect=expect)
+    influence.run(a.config, a.long, dict(a.short), a.tokenizer, a.tokens, a.out, log=_log, expect=expect)
 
 
 def cmd_influence_report(a) -> None:
@@ -258,18 +270,24 @@ def cmd_replicate(a) -> int:
 
 def cmd_power(a) -> None:
     from lengthgen import power
-    from lengthgen.aggregate import read_sweep
 
-    sparsity = {"fit_min": a.fit_min, "min_length_ratio": a.min_length_ratio}
-    points = power.claim1_points(read_sweep(a.sweep_csv), a.tasks, a.train_max, sparsity)
-    table = power.table(points, a.models_per_k, {"alpha": a.alpha, "seed": 0}, n_sim=a.simulations)
+    points, st = power.observed_points(a.results)
+    table = power.table(points, a.models_per_k, {"alpha": st["alpha"], "seed": 0}, n_sim=a.simulations)
     print(table.pivot(index="models_per_k", columns="scheme", values="power").to_markdown())
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lengthgen", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="stage", required=True)
+    _training_stages(sub)
+    _table_stages(sub)
+    _language_stages(sub)
+    _tools(sub)
+    return p
 
+
+def _training_stages(sub) -> None:
+    """Subcommands of the synthetic tasks: data, training, length sweeps and attention of one cell."""
     s = sub.add_parser("generate", help="generate one split of a task to Parquet")
     s.add_argument("--task", type=_json, required=True, help="the task's data slice (JSON)")
     s.add_argument("--train", help="training split to keep the test split disjoint from")
@@ -310,15 +328,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_attention)
 
-    s = sub.add_parser("language-attention", help="the long language model's attention at the scored tokens (E4)")
-    s.add_argument("--config", type=_json, required=True, help="T_long, T_short, k, seed, device, threads (JSON)")
-    s.add_argument("--long", required=True, help="the long model's model.pt")
-    s.add_argument("--scores", required=True, help="language/influence.parquet")
-    s.add_argument("--expect", type=_lm_identity, help="the long model's identity (language/long@config)")
-    s.add_argument("--tokenizer", required=True)
-    s.add_argument("--tokens", required=True)
-    s.add_argument("--out", required=True)
-    s.set_defaults(func=cmd_language_attention)
+
+def _table_stages(sub) -> None:
+    """Subcommands of the tables, scorecard, figures and report pages of a run."""
+    s = sub.add_parser("aggregate", help="collect sweeps into results/tables")
+    s.add_argument("--sweeps", nargs="+", required=True)
+    s.add_argument("--expect", nargs="+", type=_identity, help="each sweep's cell identity, in the order of --sweeps")
+    s.add_argument("--csv", required=True)
+    s.add_argument("--md", required=True)
+    s.set_defaults(func=cmd_aggregate)
 
     s = sub.add_parser("aggregate-attention", help="collect the cells' attention.parquet into one long table")
     s.add_argument("--cells", nargs="+", required=True)
@@ -326,19 +344,6 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--language", help="E4's language/attention.parquet, if run")
     s.add_argument("--csv", required=True)
     s.set_defaults(func=cmd_aggregate_attention)
-
-    s = sub.add_parser("figure-attention", help="dependency attribution and attention mass against length")
-    s.add_argument("--csv", required=True, help="tables/attention.csv")
-    s.add_argument("--kinds", type=_json, required=True, help="task name -> task kind (JSON)")
-    s.add_argument("--out", required=True)
-    s.set_defaults(func=cmd_figure_attention)
-
-    s = sub.add_parser("aggregate", help="collect sweeps into results/tables")
-    s.add_argument("--sweeps", nargs="+", required=True)
-    s.add_argument("--expect", nargs="+", type=_identity, help="each sweep's cell identity, in the order of --sweeps")
-    s.add_argument("--csv", required=True)
-    s.add_argument("--md", required=True)
-    s.set_defaults(func=cmd_aggregate)
 
     s = sub.add_parser("claims", help="write the claims scorecard")
     s.add_argument("--sweep-csv", required=True)
@@ -363,6 +368,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_figure)
 
+    s = sub.add_parser("figure-attention", help="dependency attribution and attention mass against length")
+    s.add_argument("--csv", required=True, help="tables/attention.csv")
+    s.add_argument("--kinds", type=_json, required=True, help="task name -> task kind (JSON)")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_figure_attention)
+
     s = sub.add_parser("report-pages", help="the HTML report's scorecard, summary and run pages")
     s.add_argument("--claims", required=True, help="claims.csv")
     s.add_argument("--summary", required=True, help="summary.md")
@@ -372,6 +383,14 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument(f"--{name}", required=True)
     s.set_defaults(func=cmd_report_pages)
 
+    s = sub.add_parser("provenance", help="record commit, versions and devices")
+    s.add_argument("--meta", nargs="*", default=[])
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_provenance)
+
+
+def _language_stages(sub) -> None:
+    """Subcommands of E4: corpus, tokenizer, language models, influential-token scoring and attention."""
     s = sub.add_parser("fetch-corpus", help="fetch the offline default corpus archive (E4)")
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=cmd_fetch_corpus)
@@ -406,7 +425,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("score", help="influential-token scoring on validation tokens (E4)")
     s.add_argument("--config", type=_json, required=True, help="the influence slice (JSON)")
     s.add_argument("--long", required=True, help="the long model's model.pt")
-    s.add_argument("--short", nargs="*", default=[], help="NAME=model.pt of short-context models")
+    s.add_argument("--short", nargs="*", type=_named_path, default=[], help="NAME=model.pt of short-context models")
     s.add_argument("--tokenizer", required=True)
     s.add_argument("--tokens", required=True)
     s.add_argument("--out", required=True)
@@ -423,6 +442,19 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--figures", nargs=3, required=True, help="gap, recovered and short-model PNGs")
     s.set_defaults(func=cmd_influence_report)
 
+    s = sub.add_parser("language-attention", help="the long language model's attention at the scored tokens (E4)")
+    s.add_argument("--config", type=_json, required=True, help="T_long, T_short, k, seed, device, threads (JSON)")
+    s.add_argument("--long", required=True, help="the long model's model.pt")
+    s.add_argument("--scores", required=True, help="language/influence.parquet")
+    s.add_argument("--expect", type=_lm_identity, help="the long model's identity (language/long@config)")
+    s.add_argument("--tokenizer", required=True)
+    s.add_argument("--tokens", required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_language_attention)
+
+
+def _tools(sub) -> None:
+    """Subcommands of the tools beside the pipeline, run by hand or by make."""
     s = sub.add_parser("diff", help="cells of results/tables that moved since a commit (exit 1 if any)")
     s.add_argument("--rev", required=True, help="git revision to compare with, e.g. HEAD~1")
     s.add_argument("--tables", default="results/tables")
@@ -437,21 +469,11 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_replicate)
 
     s = sub.add_parser("power", help="power of the claim-1 test at m fitted models per k, from a sweep")
-    s.add_argument("--sweep-csv", default="results/tables/length_sweep.csv")
-    s.add_argument("--tasks", nargs="+", default=["sparse_parity_k1", "sparse_parity_k2", "sparse_parity_k3"])
-    s.add_argument("--train-max", type=int, default=12, help="longest training length of those tasks")
-    s.add_argument("--models-per-k", type=int, nargs="+", default=[3, 4, 5, 6, 8, 10])
-    s.add_argument("--alpha", type=float, default=0.01)
-    s.add_argument("--fit-min", type=float, default=0.95)
-    s.add_argument("--min-length-ratio", type=float, default=8)
+    s.add_argument("--results", nargs="+", default=["results"],
+                   help="result directories whose sweeps are pooled; the first's config.yaml sets the test")
+    s.add_argument("--models-per-k", type=int, nargs="+", default=[3, 4, 5, 6, 8, 10, 12, 16])
     s.add_argument("--simulations", type=int, default=500)
     s.set_defaults(func=cmd_power)
-
-    s = sub.add_parser("provenance", help="record commit, versions and devices")
-    s.add_argument("--meta", nargs="*", default=[])
-    s.add_argument("--out", required=True)
-    s.set_defaults(func=cmd_provenance)
-    return p
 
 
 def main(argv=None) -> int:

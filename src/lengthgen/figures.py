@@ -14,7 +14,7 @@ import seaborn as sns  # noqa: E402
 
 from lengthgen import claims  # noqa: E402
 from lengthgen.aggregate import read_sweep  # noqa: E402
-from lengthgen.fileio import atomic_path  # noqa: E402
+from lengthgen.fileio import save_png  # noqa: E402
 
 
 def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out, fit_min: float | None = None) -> None:
@@ -74,9 +74,9 @@ def sparsity_test(sweep_csv, tasks: list[str], train_max: int, out, cfg: dict, s
     """The statistic that decides claim 1, per scheme: each fitted model's mean accuracy at the
     long lengths against k, the mean per k with its bootstrap 95% CI, and Spearman with its
     permutation p in the panel's title (the scorecard's numbers: same rule, same seeds)."""
-    from lengthgen import power, stats
+    from lengthgen import stats
 
-    points = power.claim1_points(read_sweep(sweep_csv, tasks), tasks, train_max, cfg)
+    points = claims.claim1_points(read_sweep(sweep_csv, tasks), train_max, cfg)
     schemes = sorted(points["scheme"].unique())
     sns.set_theme(style="whitegrid", context="paper")
     fig, axes = plt.subplots(1, max(1, len(schemes)), figsize=(3.0 * max(1, len(schemes)), 2.8), sharey=True,
@@ -92,9 +92,7 @@ def sparsity_test(sweep_csv, tasks: list[str], train_max: int, out, cfg: dict, s
         ax.set_ylim(0.25, 1.02)
     axes.flat[0].set_ylabel(f"mean accuracy, n >= {cfg['min_length_ratio']:g}x")
     fig.suptitle(f"Claim 1 test: one point per fitted model; PASS when p <= {st['alpha']:g}", y=1.17)
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=150, bbox_inches="tight", format="png", metadata={"Software": None})
-    plt.close(fig)
+    save_png(fig, out, dpi=150)
 
 
 def coupling(sweep_csv, tasks: dict, out) -> None:
@@ -124,6 +122,4 @@ def coupling(sweep_csv, tasks: dict, out) -> None:
 
 
 def _save(grid, out) -> None:
-    with atomic_path(out) as tmp:
-        grid.figure.savefig(tmp, dpi=150, bbox_inches="tight", format="png", metadata={"Software": None})
-    plt.close(grid.figure)
+    save_png(grid.figure, out, dpi=150)

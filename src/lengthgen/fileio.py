@@ -30,6 +30,16 @@ def atomic_path(path):
             tmp.unlink()
 
 
+def save_png(fig, path, dpi: int, tight: bool = True) -> None:
+    """A matplotlib figure as PNG, all or nothing, then closed. Without matplotlib's version in
+    the file's metadata: the same figure is the same bytes under another release."""
+    import matplotlib.pyplot as plt
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png", metadata={"Software": None}, bbox_inches="tight" if tight else None)
+    plt.close(fig)
+
+
 def write_text(path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)

@@ -8,19 +8,30 @@ one-sided permutation test; the power at m is the share of replications with p <
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
+import yaml
 
 from lengthgen import stats
-from lengthgen.claims import fitted
+from lengthgen.aggregate import read_sweep
+from lengthgen.claims import claim1_points
+from lengthgen.errors import UserError
 
 
-def claim1_points(sweep: pd.DataFrame, tasks: list[str], train_max: int, cfg: dict) -> pd.DataFrame:
-    """One row per fitted model: scheme, k and its mean accuracy over the long test lengths."""
-    sweep = sweep[sweep["task"].isin(tasks)]
-    sweep = sweep[fitted(sweep, train_max, cfg["fit_min"])]
-    long = sweep[sweep["length"] >= cfg["min_length_ratio"] * train_max]
-    return long.groupby(["scheme", "task", "seed", "k"])["accuracy"].mean().reset_index()
+def observed_points(results_dirs: list) -> tuple[pd.DataFrame, dict]:
+    """The claim-1 points of the runs in `results_dirs` together (their sweeps pooled: runs on
+    disjoint seeds), judged as the first run's recorded config.yaml judges them. Returns the
+    points and that config's `claims.stats`."""
+    cfg = yaml.safe_load((Path(results_dirs[0]) / "config.yaml").read_text(encoding="utf-8"))
+    tasks = [t for t in cfg["tasks"] if t["kind"] == "sparse_parity"]
+    if not tasks:
+        raise UserError(f"{results_dirs[0]}/config.yaml: no sparse_parity task, so no claim-1 test")
+    train_max = max(t["params"]["n_max"] for t in tasks)
+    sweep = pd.concat([read_sweep(Path(d) / "tables/length_sweep.csv") for d in results_dirs], ignore_index=True)
+    sweep = sweep[sweep["task"].isin([t["name"] for t in tasks])]
+    return claim1_points(sweep, train_max, cfg["claims"]["sparsity"]), cfg["claims"]["stats"]
 
 
 def power(points: pd.DataFrame, m: int, st: dict, n_sim: int, n_perm: int) -> float:

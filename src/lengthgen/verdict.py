@@ -7,6 +7,7 @@ exactly what the committed scorecard gives, so the two cannot drift.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import re
 import sys
@@ -50,11 +51,11 @@ def update_readme(readme: str, table: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    readme = None
-    if "--readme" in argv:
-        i = argv.index("--readme")
-        readme, argv = argv[i + 1], argv[:i] + argv[i + 2:]
-    path = argv[0] if argv else "results/tables/claims.csv"
+    p = argparse.ArgumentParser(prog="python -m lengthgen.verdict", description=__doc__.splitlines()[0])
+    p.add_argument("claims", nargs="?", default="results/tables/claims.csv", help="the scorecard (claims.csv)")
+    p.add_argument("--readme", help="rewrite this README's verdict block instead of printing the table")
+    args = p.parse_args(argv)
+    path, readme = args.claims, args.readme
     try:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))

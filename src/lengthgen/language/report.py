@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lengthgen.aggregate import write_csv  # noqa: E402
-from lengthgen.fileio import atomic_path  # noqa: E402
+from lengthgen.fileio import save_png  # noqa: E402
 
 SUMMARY_KEYS = ["model", "method", "positions", "k"]
 METHODS = ("greedy", "attention", "random")
@@ -105,9 +105,7 @@ def short_model_figure(summary: pd.DataFrame, out) -> None:
 
 def _save(fig, out) -> None:
     fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=120, format="png", metadata={"Software": None})
-    plt.close(fig)
+    save_png(fig, out, dpi=120, tight=False)
 
 
 
