@@ -33,8 +33,8 @@ def results(path):
     return f"{RESULTS}/{path}"
 
 
-ENV = "../../environment.yml"
-RUN_CATEGORY = "Configuration and provenance"  # the report's category of the run's record  # one environment for every rule, and for users
+ENV = "../../environment.yml"  # one environment for every rule, and for users
+RUN_CATEGORY = "Configuration and provenance"  # the report's category of the run's record
 
 # Digests of the source files each stage imports: an edit in src/ reruns exactly the rules
 # whose stage reads the edited file (Snakemake only sees rule code and params).
