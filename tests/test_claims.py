@@ -312,3 +312,16 @@ def test_power_draws_from_the_points_the_scorecard_tests():
         counts.append(len(points))
     both, _ = power.observed_points([REPO / "results", REPO / "results-replicate"])
     assert len(both) == sum(counts)
+
+
+def test_claim1_points_of_models_with_the_same_accuracies_are_tied():
+    """Summed in another order the two means differ in the last bit (0.1 + 0.2 + 0.3 against
+    0.3 + 0.2 + 0.1); a broken tie would move Spearman's rho."""
+    from lengthgen.claims import claim1_points
+
+    rows = [("t", "rope", seed, 1, n, acc) for seed, accs in ((0, (1.0, 0.1, 0.2, 0.3)), (1, (1.0, 0.3, 0.2, 0.1)))
+            for n, acc in zip((10, 20, 40, 80), accs, strict=True)]
+    sweep = pd.DataFrame(rows, columns=["task", "scheme", "seed", "k", "length", "accuracy"])
+    assert sum((0.1, 0.2, 0.3)) != sum((0.3, 0.2, 0.1))
+    points = claim1_points(sweep, 10, {"fit_min": 0.95, "min_length_ratio": 2})
+    assert len(points) == 2 and points["accuracy"].iloc[0] == points["accuracy"].iloc[1]

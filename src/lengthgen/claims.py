@@ -57,7 +57,10 @@ def claim1_points(sweep: pd.DataFrame, train_max: int, cfg: dict) -> pd.DataFram
     at least `min_length_ratio` x training. Columns scheme, task, seed, k, accuracy."""
     long = sweep["length"] >= cfg["min_length_ratio"] * train_max
     fits = fitted(sweep, train_max, cfg["fit_min"])
-    return sweep[long & fits].groupby(["scheme", "task", "seed", "k"])["accuracy"].mean().reset_index()
+    points = sweep[long & fits].groupby(["scheme", "task", "seed", "k"])["accuracy"].mean().reset_index()
+    # Rounded far below any accuracy's resolution (1 / examples): two models with the same
+    # accuracies stay tied for Spearman's ranks whatever order their means were summed in.
+    return points.assign(accuracy=points["accuracy"].round(12))
 
 
 def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int, cfg: dict, st: dict) -> list[dict]:
