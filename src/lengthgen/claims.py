@@ -334,7 +334,7 @@ def _attention_points(models: pd.DataFrame, sweep: pd.DataFrame, exp: dict) -> p
             continue
         m = m[m["length"] == m["length"].max()]
         s = sweep[sweep["task"] == task]
-        acc = s.groupby(["task", "scheme", "seed", "length"])["accuracy"].mean().rename("accuracy")
+        acc = s.groupby(["task", "scheme", "seed", "length"])["accuracy"].mean().round(12).rename("accuracy")  # ties
         fits = s.assign(fits=fitted(s, n_max, exp["fit_min"])).groupby(["task", "scheme", "seed"])["fits"].all()
         parts.append(m.join(acc, on=["task", "scheme", "seed", "length"]).join(fits, on=["task", "scheme", "seed"]))
     if not parts:
