@@ -18,8 +18,9 @@ from conftest import SMOKE_RESULTS, copy_workflow, make_cell, run_snakemake
 
 from lengthgen import datasets
 from lengthgen.config import fill_defaults
+from lengthgen.config import seed_blocks as blocks
 from lengthgen.fileio import canonical_json
-from lengthgen.stacked import blocks, train_stacked
+from lengthgen.stacked import train_stacked
 from lengthgen.train import train
 
 TASKS = {

@@ -5,11 +5,12 @@ training and what follows but not data; a figure edit reruns only the figure."""
 import os
 import re
 import shutil
+import subprocess
 
 import pandas as pd
 import pytest
 import yaml
-from conftest import SMOKE_RESULTS, copy_workflow, run_snakemake
+from conftest import SMOKE_RESULTS, VENV_BIN, copy_workflow, run_snakemake, venv_env
 
 from lengthgen.aggregate import read_sweep
 
@@ -274,3 +275,15 @@ def test_each_model_seed_is_scored_on_its_own_test_draw(smoke_run):
     assert m0["split"] == m1["split"] == "test" and m1["seed"] == m0["seed"] + 1
     assert t0.column("tokens").to_pylist() != t1.column("tokens").to_pylist()
     assert not (results / "data/smoke_k1/test.parquet").exists()
+
+
+@pytest.mark.workflow
+def test_planning_a_run_does_not_import_torch(workflow_copy):
+    """Every Snakemake start builds the DAG (dry runs, no-ops, each SLURM job's own start), and
+    importing torch there would add about 1.5 s to each."""
+    env = {**venv_env(), "PYTHONPROFILEIMPORTTIME": "1"}
+    done = subprocess.run([str(VENV_BIN / "snakemake"), "-n", "-c1", "--configfile", "config/smoke.yaml"],
+                          cwd=workflow_copy, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "lengthgen.config" in imported and "torch" not in imported

@@ -234,6 +234,15 @@ def train_cost(config: dict, task_name: str) -> int:
     return task["train"]["max_steps"] * module.seq_len(task["params"], task["params"]["n_max"])
 
 
+def seed_blocks(seeds: list[int], size: int) -> list[list[int]]:
+    """The jobs of `stack`: seeds in fixed blocks of `size`, in sorted order, so that adding
+    larger seeds adds blocks and leaves the full blocks before them as they were. Here, not in
+    lengthgen.stacked: the workflow plans with it, and importing torch would add 1.5 s to every
+    Snakemake start."""
+    ordered = sorted(seeds)
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+
+
 def test_split(config: dict, seed: int) -> str:
     """The test split a model of this seed is scored on: its own draw (test-seed<seed>), so that
     one draw's luck does not move every model together, or the draw all models share (test)."""

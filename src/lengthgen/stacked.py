@@ -45,13 +45,6 @@ from lengthgen.train import (
 )
 
 
-def blocks(seeds: list[int], size: int) -> list[list[int]]:
-    """Seeds in fixed blocks of `size`, in sorted order: adding larger seeds adds blocks and
-    leaves the full blocks before them as they were."""
-    ordered = sorted(seeds)
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
-
-
 def unstackable(cell: dict) -> str | None:
     """Why this cell's models cannot be trained stacked (None when they can)."""
     if cell["model"].get("dropout", 0.0) > 0:

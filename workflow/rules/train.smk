@@ -6,8 +6,6 @@
 import re
 import shlex
 
-from lengthgen.stacked import blocks as seed_blocks
-
 if CONFIG["stack"] == 1:
 
     rule train:
@@ -42,7 +40,7 @@ else:
     # seeds adds blocks and leaves full blocks cached.
     _TASKS_OF_BLOCK = {}
     for _task in CONFIG["tasks"]:
-        for _block in seed_blocks(_task["seeds"], CONFIG["stack"]):
+        for _block in lgconfig.seed_blocks(_task["seeds"], CONFIG["stack"]):
             _TASKS_OF_BLOCK.setdefault(tuple(_block), []).append(_task["name"])
 
     for _block, _tasks in _TASKS_OF_BLOCK.items():
