@@ -160,6 +160,20 @@ def test_cross_key_config_errors_name_their_key(override, start):
     assert str(err.value).startswith(start), str(err.value)
 
 
+def test_the_schema_defaults_are_config_yaml_values():
+    """The schema documents each key with its default. Those defaults are config.yaml's own values
+    (the grid aside: tasks, the named schemes, and language, which is null unless set), so that
+    neither file misleads about the other."""
+    from lengthgen import config
+
+    root = Path(__file__).resolve().parents[1]
+    schema = config.load_yaml(root / "workflow/schemas/config.schema.yaml")
+    base = yaml.safe_load((root / "config.yaml").read_text())
+    full = config.validate(base, schema)
+    bare = config.validate({"tasks": base["tasks"], "schemes": base["schemes"], "language": {}}, schema)
+    assert {k: v for k, v in bare.items() if k != "tasks"} == {k: v for k, v in full.items() if k != "tasks"}
+
+
 # -- CLI ----------------------------------------------------------------------------------
 
 EVAL = json.dumps({"device": "cpu", "threads": 1, "batch_size": 100})
