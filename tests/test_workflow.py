@@ -2,6 +2,7 @@
 nothing to redo after a run; a task parameter reruns only that task; a model edit reruns
 training and what follows but not data; a figure edit reruns only the figure."""
 
+import ast
 import os
 import re
 import shutil
@@ -146,25 +147,42 @@ def test_task_parameter_change_reruns_only_that_task(smoke_run, tmp_path):
     assert {r for r, _ in cell_jobs} == {"generate_dataset", "train", "length_sweep", "attention"}
 
 
-def _edited(smoke_run, relpath):
-    """Append a comment to a source file of the copy; the caller restores it."""
+def _edited(smoke_run, relpath, edit):
+    """Apply `edit` (text -> text) to a source file of the copy; the caller restores it."""
     path = smoke_run / relpath
     backup = path.read_text()
-    path.write_text(backup + "\n# an edit\n")
+    path.write_text(edit(backup))
     return path, backup
+
+
+def _code_edit(text: str) -> str:
+    return text + "\n_EDITED = 1\n"
+
+
+def _comment_edit(text: str) -> str:
+    """Comments, a docstring, blank lines and a line break changed; the code the same."""
+    lines = text.splitlines()
+    tree = ast.parse(text)
+    if ast.get_docstring(tree, clean=False) is not None:
+        first = tree.body[0].lineno - 1
+        lines[first] = lines[first].replace('"""', '"""An edited docstring. ', 1)
+    return "\n".join(["# an edit", "", *lines]) + "\n\n# another\n"
 
 
 FIGURES = ("figure_sparse_parity", "figure_sparsity_test", "figure_coupling")
 ATTENTION = ("attention", "aggregate_attention", "figure_attention")  # the stage and what follows it
 LANGUAGE_ATTENTION = ("language_attention", "aggregate_attention", "figure_attention")
+TRAINING = ("train", "length_sweep", "aggregate", "claims", *FIGURES, "provenance", "report_pages", *ATTENTION)
 
 
 @pytest.mark.parametrize(
     ("relpath", "expected"),
     [
-        ("src/lengthgen/model.py", {"train", "length_sweep", "aggregate", "claims", *FIGURES, "provenance", "train_lm",
-                                    "score_influence", "influence_report", "report_pages", *ATTENTION,
+        ("src/lengthgen/model.py", {*TRAINING, "train_lm", "score_influence", "influence_report",
                                     *LANGUAGE_ATTENTION, "all"}),
+        ("src/lengthgen/train.py", {*TRAINING, "all"}),
+        ("src/lengthgen/claims.py", {"claims", *FIGURES, "report_pages", "all"}),
+        ("src/lengthgen/scorecard.py", {"claims", "report_pages", "all"}),
         ("src/lengthgen/attention.py", {*ATTENTION, "claims", "report_pages", "all"}),
         ("src/lengthgen/language/attention.py", {*LANGUAGE_ATTENTION, "claims", "report_pages", "all"}),
         ("src/lengthgen/attention_report.py", {"aggregate_attention", "figure_attention", "claims", "report_pages",
@@ -175,17 +193,37 @@ LANGUAGE_ATTENTION = ("language_attention", "aggregate_attention", "figure_atten
         ("src/lengthgen/figures.py", {*FIGURES, "all"}),
         ("src/lengthgen/decode.py", {"length_sweep", "aggregate", "claims", *FIGURES, "report_pages", *ATTENTION,
                                      "all"}),
-        ("src/lengthgen/tasks/sparse_parity.py", {"generate_dataset", "train", "length_sweep", "aggregate", "claims",
-                                                  *FIGURES, "provenance", "report_pages", *ATTENTION, "all"}),
+        ("src/lengthgen/tasks/sparse_parity.py", {"generate_dataset", *TRAINING, "all"}),
     ],
 )
 def test_code_edit_reruns_exactly_its_stages(smoke_run, relpath, expected):
-    path, backup = _edited(smoke_run, relpath)
+    path, backup = _edited(smoke_run, relpath, _code_edit)
     try:
         assert {r for r, _ in planned_jobs(smoke_run)} == expected
     finally:
         path.write_text(backup)
     assert planned_jobs(smoke_run) == []
+
+
+def test_comment_and_docstring_edits_rerun_nothing(smoke_run):
+    """Every source file at once, the command-line shim included: a digest follows the code."""
+    sources = sorted((smoke_run / "src/lengthgen").rglob("*.py"))
+    backups = {p: p.read_text() for p in sources}
+    try:
+        for path, text in backups.items():
+            path.write_text(_comment_edit(text))
+        assert planned_jobs(smoke_run) == []
+    finally:
+        for path, text in backups.items():
+            path.write_text(text)
+
+
+def test_an_edit_to_the_command_line_shim_reruns_nothing(smoke_run):
+    path, backup = _edited(smoke_run, "src/lengthgen/cli.py", _code_edit)
+    try:
+        assert planned_jobs(smoke_run) == []
+    finally:
+        path.write_text(backup)
 
 
 def test_two_clean_runs_give_byte_identical_tables_and_figures(smoke_run, tmp_path):

@@ -3,6 +3,8 @@ run), and the tools beside them: diff, replicate and power.
 
 Each stage reads only the paths it is given and writes only its outputs, all or nothing.
 Errors a user can cause print one line (`lengthgen: error: ...`) and exit with status 2.
+This module only parses arguments and calls one function of the stage's own module, so it is
+in no stage's code digest (lengthgen.digest): what a stage computes lives in that module.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from lengthgen.errors import UserError
 
@@ -79,21 +80,13 @@ def cmd_train(a) -> None:
 
 
 def cmd_train_stack(a) -> None:
-    from lengthgen import stacked, train
+    from lengthgen import stacked
 
     if not isinstance(a.cells, list) or not a.cells:
         raise UserError("--cells: expected a JSON list of cells")
     for cell in a.cells:
         _require(cell, ("task", "scheme", "seed", "scheme_options", "model", "train", "device", "threads"), "--cells")
-    why = stacked.unstackable(a.cells[0])
-    if why is None:
-        stacked.train_stacked(a.cells, a.data, a.out_dirs, a.checkpoint, code_digest=a.code_digest, log=_log)
-        return
-    _log(f"training one model at a time: {why}")
-    checkpoint = Path(a.checkpoint)
-    for cell, out_dir in zip(a.cells, a.out_dirs, strict=True):
-        train.train(cell, a.data, out_dir, checkpoint.with_name(f"seed{cell['seed']}.pt"), code_digest=a.code_digest,
-                    log=_log)
+    stacked.train_block(a.cells, a.data, a.out_dirs, a.checkpoint, code_digest=a.code_digest, log=_log)
 
 
 def cmd_sweep(a) -> None:
@@ -143,46 +136,10 @@ def cmd_provenance(a) -> None:
 
 
 def cmd_claims(a) -> None:
-    from lengthgen import claims
-    from lengthgen.aggregate import read_sweep
+    from lengthgen import scorecard
 
-    coupled, cfg = a.coupling, a.config
-    _require(cfg, ("sparsity", "coupling", "language", "attention", "stats"), "--config")
-    sweep = read_sweep(a.sweep_csv, [*a.sparse_tasks, *coupled])
-    rows = claims.sparsity_checks(sweep, a.sparse_tasks, a.train_max, cfg["sparsity"], cfg["stats"]) \
-        if a.sparse_tasks else []
-    rows += claims.coupling_checks(sweep, coupled, cfg["coupling"], cfg["stats"]) if coupled else []
-    if a.influence:
-        import pandas as pd
-
-        rows += claims.language_checks(pd.read_parquet(a.influence), cfg["language"], cfg["stats"])
-    if a.attention:
-        rows += _attention_rows(a, sweep)
-    ran = {"1 sparsity": a.sparse_tasks, "2 coupling": coupled, "3 language": a.influence}
-    missing = [claim for claim, tasks in ran.items() if not tasks]
-    rows = sorted(rows + claims.unmeasured_rows(missing), key=lambda r: r["claim"])
-    claims.write_scorecard(rows, a.csv, a.md)
-    for claim in sorted({r["claim"] for r in rows}):
-        _log(f"{claims.heading(claim)}: {claims.verdict(rows, claim)}")
-
-
-def _attention_rows(a, sweep) -> list[dict]:
-    """The attention analysis's rows: E1 (the sparse tasks together), then each E2/E3 kind."""
-    from lengthgen import attention_report, claims
-
-    cfg = a.config
-    experiments = {}
-    if a.sparse_tasks:
-        experiments["E1 sparse parity"] = {"tasks": dict.fromkeys(a.sparse_tasks, a.train_max),
-                                           "fit_min": cfg["sparsity"]["fit_min"]}
-    for name, info in sorted(a.coupling.items()):
-        label = attention_report.EXPERIMENTS[info["kind"]]
-        experiments.setdefault(label, {"tasks": {}, "fit_min": cfg["coupling"]["fit_min"]})["tasks"][name] = \
-            info["n_max"]
-    # per_model is read here, not in claims.py: the paper's figures import claims, and an edit of
-    # the attention table's code must not rerun them
-    models = attention_report.per_model(attention_report.read(a.attention))
-    return claims.attention_checks(models, sweep, experiments, cfg["attention"], cfg["stats"])
+    scorecard.build(a.sweep_csv, a.sparse_tasks, a.train_max, a.config, a.coupling, a.influence, a.attention,
+                    a.csv, a.md, log=_log)
 
 
 def cmd_figure(a) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from lengthgen import device as devices
-from lengthgen.train import pointer_scores
+from lengthgen.model import pointer_scores
 
 
 def next_id(model, opts: dict, h: torch.Tensor, query_id, h_prompt, prompt_ids, index: int, oracle):

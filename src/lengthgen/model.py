@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lengthgen import device as devices
+
 ENCODINGS = ("none", "ape", "rope", "alibi")
 POSITION_HEADS = ("none", "pointer", "classifier")
 
@@ -256,3 +258,10 @@ def param_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def pointer_scores(model, h_query, query_ids, h_prompt, prompt_ids, prompt_len) -> torch.Tensor:
+    """(B, Tq, P) float scores of each query over the prompt states (B, P, C); -inf past each
+    example's own prompt (`prompt_len`, (B,)). Training and decoding both point with it."""
+    with devices.autocast(h_query.device):
+        scores = model.pointer_logits(h_query, query_ids, h_prompt, prompt_ids).float()
+    outside = torch.arange(h_prompt.shape[1], device=h_query.device)[None, :] >= prompt_len[:, None]
+    return scores.masked_fill(outside[:, None, :], float("-inf"))

@@ -25,10 +25,10 @@ from torch.func import stack_module_state, vmap
 from torch.nn.utils.stateless import _reparametrize_module
 
 from lengthgen import device as devices
-from lengthgen import stacked_model, tasks
+from lengthgen import stacked_model, tasks, train
 from lengthgen.errors import TrainingDiverged, UserError
 from lengthgen.loop import AdamW, load_checkpoint, lr_at, save_checkpoint
-from lengthgen.model import param_count
+from lengthgen.model import param_count, pointer_scores
 from lengthgen.stacked_model import embed
 from lengthgen.train import (
     COPY,
@@ -40,9 +40,23 @@ from lengthgen.train import (
     build_model,
     load_training_data,
     pack,
-    pointer_scores,
     training_batch,
 )
+
+
+def train_block(cells: list[dict], data_path, out_dirs: list, checkpoint_path, code_digest: str = "",
+                log=print) -> None:
+    """The `train-stack` stage: the block's seeds stacked, or one model at a time (each with a
+    checkpoint of its own beside the block's) when the cells cannot be stacked."""
+    why = unstackable(cells[0])
+    if why is None:
+        train_stacked(cells, data_path, out_dirs, checkpoint_path, code_digest=code_digest, log=log)
+        return
+    log(f"training one model at a time: {why}")
+    checkpoint = Path(checkpoint_path)
+    for cell, out_dir in zip(cells, out_dirs, strict=True):
+        train.train(cell, data_path, out_dir, checkpoint.with_name(f"seed{cell['seed']}.pt"),
+                    code_digest=code_digest, log=log)
 
 
 def unstackable(cell: dict) -> str | None:

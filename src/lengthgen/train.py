@@ -24,7 +24,7 @@ from lengthgen import device as devices
 from lengthgen.errors import TrainingDiverged, UserError
 from lengthgen.fileio import atomic_path, canonical_json, write_parquet, write_text
 from lengthgen.loop import adamw, load_checkpoint, lr_at, save_checkpoint
-from lengthgen.model import ModelConfig, Transformer, param_count
+from lengthgen.model import ModelConfig, Transformer, param_count, pointer_scores
 
 
 def build_model(cell: dict, vocab_size: int) -> Transformer:
@@ -142,15 +142,6 @@ def _position_loss(model, h: torch.Tensor, ids: torch.Tensor, pointer: torch.Ten
         loss = F.cross_entropy(scores[fed], targets[fed])
         wrong = ((scores.argmax(-1) != targets) & fed).any(dim=1)
     return loss, wrong
-
-
-def pointer_scores(model, h_query, query_ids, h_prompt, prompt_ids, prompt_len) -> torch.Tensor:
-    """(B, Tq, P) float scores of each query over the prompt states (B, P, C); -inf past each
-    example's own prompt (`prompt_len`, (B,))."""
-    with devices.autocast(h_query.device):
-        scores = model.pointer_logits(h_query, query_ids, h_prompt, prompt_ids).float()
-    outside = torch.arange(h_prompt.shape[1], device=h_query.device)[None, :] >= prompt_len[:, None]
-    return scores.masked_fill(outside[:, None, :], float("-inf"))
 
 
 def optimizer_step(model, opt, batch: dict, lr: float, grad_clip: float, dev, ppc_weight=1.0, copy=False):

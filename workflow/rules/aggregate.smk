@@ -50,8 +50,6 @@ rule claims:
         influence=lambda w, input: f"--influence {input.influence[0]}" if input.influence else "",
         attention=lambda w, input: f"--attention {input.attention[0]}" if input.attention else "",
         code=CODE["claims"],
-        # the attention rows read the table through lengthgen.attention_report (see cli.py)
-        attention_code=CODE["attention_report"] if CONFIG["attention"] else "",
     shell:
         "python -m lengthgen claims --sweep-csv {input.sweep:q} --sparse-tasks {params.sparse:q}"
         " --train-max {params.train_max} --config {params.config:q} --coupling {params.coupling:q}"

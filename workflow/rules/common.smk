@@ -37,7 +37,8 @@ ENV = "../../environment.yml"  # one environment for every rule, and for users
 RUN_CATEGORY = "Configuration and provenance"  # the report's category of the run's record
 
 # Digests of the source files each stage imports: an edit in src/ reruns exactly the rules
-# whose stage reads the edited file (Snakemake only sees rule code and params).
+# whose stage reads the edited file (Snakemake only sees rule code and params). Each entry is
+# the module whose function the stage's subcommand calls (lengthgen.cli only dispatches).
 CODE = {
     stage: stage_digest(f"lengthgen.{module}")
     for stage, module in {
@@ -48,7 +49,7 @@ CODE = {
         "attention_report": "attention_report",
         "language_attention": "language.attention",
         "aggregate": "aggregate",
-        "claims": "claims",
+        "claims": "scorecard",
         "report": "report",
         "figures": "figures",
         "corpus": "language.corpus",

@@ -1,0 +1,49 @@
+"""The claims stage: reads the run's tables, asks `claims` for every check's rows, and writes
+the scorecard. The checks themselves (statistics, thresholds, verdict words) live in
+`claims`; this module only decides which of them a run measured."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from lengthgen import attention_report, claims
+from lengthgen.aggregate import read_sweep
+from lengthgen.errors import UserError
+
+
+def build(sweep_csv, sparse_tasks: list[str], train_max: int, cfg: dict, coupling: dict, influence, attention,
+          csv_out, md_out, log=print) -> None:
+    """Write claims.csv and claims.md from the sweep table and, where run, E4's per-token scores
+    (`influence`) and the attention table (`attention`)."""
+    missing = [k for k in ("sparsity", "coupling", "language", "attention", "stats") if k not in cfg]
+    if missing:
+        raise UserError(f"--config: JSON lacks key(s) {', '.join(missing)}")
+    sweep = read_sweep(sweep_csv, [*sparse_tasks, *coupling])
+    rows = claims.sparsity_checks(sweep, sparse_tasks, train_max, cfg["sparsity"], cfg["stats"]) if sparse_tasks else []
+    rows += claims.coupling_checks(sweep, coupling, cfg["coupling"], cfg["stats"]) if coupling else []
+    if influence:
+        rows += claims.language_checks(pd.read_parquet(influence), cfg["language"], cfg["stats"])
+    if attention:
+        rows += attention_rows(attention, sweep, sparse_tasks, train_max, coupling, cfg)
+    ran = {"1 sparsity": sparse_tasks, "2 coupling": coupling, "3 language": influence}
+    missing = [claim for claim, tasks in ran.items() if not tasks]
+    rows = sorted(rows + claims.unmeasured_rows(missing), key=lambda r: r["claim"])
+    claims.write_scorecard(rows, csv_out, md_out)
+    for claim in sorted({r["claim"] for r in rows}):
+        log(f"{claims.heading(claim)}: {claims.verdict(rows, claim)}")
+
+
+def attention_rows(attention, sweep, sparse_tasks, train_max, coupling: dict, cfg: dict) -> list[dict]:
+    """The attention analysis's rows: E1 (the sparse tasks together), then each E2/E3 kind."""
+    experiments = {}
+    if sparse_tasks:
+        experiments["E1 sparse parity"] = {"tasks": dict.fromkeys(sparse_tasks, train_max),
+                                           "fit_min": cfg["sparsity"]["fit_min"]}
+    for name, info in sorted(coupling.items()):
+        label = attention_report.EXPERIMENTS[info["kind"]]
+        experiments.setdefault(label, {"tasks": {}, "fit_min": cfg["coupling"]["fit_min"]})["tasks"][name] = \
+            info["n_max"]
+    # per_model is read here, not in claims.py: the paper's figures import claims, and an edit of
+    # the attention table's code must not rerun them
+    models = attention_report.per_model(attention_report.read(attention))
+    return claims.attention_checks(models, sweep, experiments, cfg["attention"], cfg["stats"])
