@@ -20,7 +20,7 @@ from lengthgen.claims import (
 )
 
 ST = {"alpha": 0.01, "level": 0.95, "n_boot": 2000, "n_perm": 5000, "seed": 0}
-SPARSITY = {"min_length_ratio": 8, "fit_min": 0.95, "min_models_per_k": 3}
+SPARSITY = {"min_length_ratio": 8, "fit_min": 0.95, "min_models_per_k": 3, "effect_floor": 0.1}
 
 
 def sweep(acc, seeds=range(4), schemes=("rope",), noise=0.0):
@@ -31,7 +31,7 @@ def sweep(acc, seeds=range(4), schemes=("rope",), noise=0.0):
 
 
 def trend_rows(rows):
-    return [r for r in rows if "one point per fitted model" in r["check"]]
+    return [r for r in rows if "one point per fitted model" in r["check"] and r["result"] != "descriptive"]
 
 
 FALLING = {(1, 10): 1.0, (2, 10): 1.0, (3, 10): 1.0, (1, 80): 0.95, (2, 80): 0.75, (3, 80): 0.55,
@@ -81,15 +81,46 @@ def test_seed_binomial_means_cover_both_spreads():
 
 def test_a_clear_trend_passes_with_its_effect_and_interval():
     (row,) = trend_rows(sparsity_checks(sweep(FALLING, noise=0.01), ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST))
-    assert row["result"] == "PASS" and row["value"] < -0.8 and row["p"] <= 0.01 and row["n"] == 12
-    assert "effect acc(k=1) - acc(k=3) 0.400" in row["detail"]
-    assert row["check"].startswith("rope: Spearman(k, mean accuracy at n >= 8x)")
+    assert row["result"] == "PASS" and row["p"] <= 0.01 and row["n"] == 12 and row["experiment"] == "E1"
+    assert row["value"] == pytest.approx(0.4) and row["ci_low"] >= 0.1
+    assert row["check"].startswith("rope: accuracy at n >= 8x falls with k (k=1..3): acc(k=1) - acc(k=3)")
+    assert "(permutation over models)" in row["detail"]
 
 
 def test_a_flat_trend_fails():
     flat = {key: (1.0 if n == 10 else 0.7) for key, n in ((key, key[1]) for key in FALLING)}
     (row,) = trend_rows(sparsity_checks(sweep(flat, noise=0.01), ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST))
+    assert row["result"] == "FAIL" and row["p"] > 0.01 and row["ci_high"] < 0.1
+
+
+def test_a_non_monotone_sweep_fails():
+    """k = 2 far below k = 1 and k = 3: no monotone effect from the sparsest to the densest k."""
+    bent = {**FALLING, (2, 80): 0.4, (2, 160): 0.4, (3, 80): 0.95, (3, 160): 0.9}
+    (row,) = trend_rows(sparsity_checks(sweep(bent, noise=0.01), ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST))
     assert row["result"] == "FAIL" and row["p"] > 0.01
+
+
+def test_a_significant_slope_below_the_effect_floor_fails():
+    tiny = {**FALLING, (2, 80): 0.94, (3, 80): 0.93, (2, 160): 0.89, (3, 160): 0.88}
+    (row,) = trend_rows(sparsity_checks(sweep(tiny, seeds=range(8), noise=0.001), ["t_k1", "t_k2", "t_k3"], 10,
+                                        SPARSITY, ST))
+    assert row["p"] <= 0.01 and row["value"] == pytest.approx(0.02, abs=0.005)
+    assert row["result"] == "FAIL"
+
+
+def test_accuracy_rising_with_k_fails():
+    rising = {(k, n): (1.0 if n == 10 else 1.45 - a) for (k, n), a in FALLING.items()}
+    (row,) = trend_rows(sparsity_checks(sweep(rising, noise=0.01), ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST))
+    assert row["result"] == "FAIL" and row["value"] < 0
+
+
+def test_an_effect_whose_interval_straddles_the_floor_is_inconclusive():
+    rng = np.random.default_rng(1)
+    acc = sweep(FALLING, seeds=range(6))
+    long = acc["length"] > 10
+    acc.loc[long, "accuracy"] = acc.loc[long, "k"].map({1: 0.62, 2: 0.56, 3: 0.5}) + rng.normal(0, 0.1, long.sum())
+    (row,) = trend_rows(sparsity_checks(acc, ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST))
+    assert row["ci_low"] < 0.1 <= row["ci_high"] and row["result"] == "INCONCLUSIVE"
 
 
 def test_two_fitted_models_per_k_are_inconclusive_never_pass():
@@ -98,13 +129,69 @@ def test_two_fitted_models_per_k_are_inconclusive_never_pass():
     assert row["result"] == "INCONCLUSIVE" and "k=1: 2, k=2: 2, k=3: 2" in row["detail"]
 
 
+def test_a_largest_k_without_enough_fitted_models_is_inconclusive():
+    df = sweep(FALLING, seeds=range(5), noise=0.005)
+    df.loc[(df["k"] == 3) & (df["seed"] < 3), "accuracy"] = 0.5  # three of five k = 3 models at chance
+    rows = sparsity_checks(df, ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST)
+    (row,) = trend_rows(rows)
+    assert row["result"] == "INCONCLUSIVE" and "k=3: 2" in row["detail"]
+    assert "rope k=1 5/5, k=2 5/5, k=3 2/5" in rows[0]["detail"]
+
+
+def mixture_sweep(acc_by_k, seeds=range(6), noise=0.02, fit=1.0):
+    """One model per seed trained on a mixture: {k: accuracy beyond training}, plus a per-seed
+    level shared by all k of that model (what pairing by model removes)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for seed in seeds:
+        level = rng.normal(0, 0.15)
+        for k, a in acc_by_k.items():
+            rows.append({"task": "mix", "scheme": "rope", "seed": seed, "length": 10, "k": k, "examples": 500,
+                         "accuracy": fit})
+            for n in (80, 160):
+                rows.append({"task": "mix", "scheme": "rope", "seed": seed, "length": n, "k": k, "examples": 500,
+                             "accuracy": float(np.clip(a + level + rng.normal(0, noise), 0, 1))})
+    return pd.DataFrame(rows)
+
+
+def test_a_mixture_model_is_resampled_and_permuted_as_a_whole():
+    df = mixture_sweep({1: 0.8, 2: 0.7, 3: 0.6, 4: 0.5})
+    rows = sparsity_checks(df, ["mix"], 10, SPARSITY, ST)
+    (row,) = trend_rows(rows)
+    assert row["result"] == "PASS" and "(within-model permutation (mixture))" in row["detail"]
+    assert row["n"] == 24 and row["value"] == pytest.approx(0.3, abs=0.05)
+    adjacent = [r for r in rows if " - acc(k=" in r["check"] and r["result"] == "descriptive"]
+    assert [r["check"].split(":")[1].split(" at")[0].strip() for r in adjacent] == [
+        "acc(k=1) - acc(k=2)", "acc(k=2) - acc(k=3)", "acc(k=3) - acc(k=4)"]
+    assert all(r["ci_low"] > 0 for r in adjacent)  # paired by model: the shared level cancels
+
+
+def test_a_flat_mixture_fails_and_an_unfit_k_leaves_the_model_out():
+    (row,) = trend_rows(sparsity_checks(mixture_sweep({1: 0.7, 2: 0.7, 3: 0.7, 4: 0.7}), ["mix"], 10, SPARSITY, ST))
+    assert row["result"] == "FAIL"
+    df = mixture_sweep({1: 0.8, 2: 0.7, 3: 0.6, 4: 0.5})
+    df.loc[(df["seed"] == 0) & (df["k"] == 4) & (df["length"] == 10), "accuracy"] = 0.6
+    rows = sparsity_checks(df, ["mix"], 10, SPARSITY, ST)
+    (row,) = trend_rows(rows)
+    assert row["n"] == 20 and "left out, unfit: mix/rope/seed0" in row["detail"]
+
+
+def test_block_permutation_keeps_points_within_their_block():
+    """Two blocks whose levels differ: an unrestricted permutation finds a 'trend' in the block
+    levels; permuting within blocks, where k is balanced, finds none."""
+    k = [1, 2, 1, 2]
+    y = [0.9, 0.9, 0.1, 0.1]
+    rho, p = stats.block_permutation_spearman(k, y, ["a", "a", "b", "b"], "less", 2000, 0)
+    assert rho == pytest.approx(0.0) and p > 0.5
+
+
 def test_unfit_models_are_left_out_and_named():
     df = sweep(FALLING, seeds=range(5), noise=0.005)
     df.loc[(df["k"] == 3) & (df["seed"] == 0), "accuracy"] = 0.5  # at chance everywhere
     rows = sparsity_checks(df, ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST)
     fit = rows[0]
     assert fit["result"] == "descriptive" and fit["value"] == pytest.approx(14 / 15, abs=1e-4)
-    assert fit["detail"] == "below: t_k3/rope/seed0 0.500"
+    assert fit["detail"] == "fitted per k: rope k=1 5/5, k=2 5/5, k=3 4/5; below: t_k3/rope/seed0 0.500"
     (row,) = trend_rows(rows)
     assert row["n"] == 14 and row["detail"].endswith("left out, unfit: t_k3/rope/seed0")
 
@@ -259,16 +346,48 @@ def test_claims_without_an_experiment_are_listed_as_not_measured():
 def test_summary_line_says_undecided_when_every_check_is_inconclusive(tmp_path):
     df = sweep(FALLING, seeds=range(2), noise=0.01)
     rows = sparsity_checks(df, ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST) + unmeasured_rows(["3 language"])
-    assert verdict(rows, "1 sparsity") == "not reproduced: undecided (1 INCONCLUSIVE)"
+    assert verdict(rows, "1 sparsity") == "undecided (1 INCONCLUSIVE)"
     write_scorecard(rows, tmp_path / "c.csv", tmp_path / "c.md")
     text = (tmp_path / "c.md").read_text()
-    assert "- claim 1 sparsity: not reproduced: undecided (1 INCONCLUSIVE)" in text
+    assert "- claim 1 sparsity: undecided (1 INCONCLUSIVE)" in text
     table = [line for line in text.splitlines() if line.startswith("|")]
-    assert table[1] == "|---|---|---|---|---|---|---|---|---|"
-    assert all(line.count("|") == 10 for line in table), table
+    assert table[1] == "|---|---|---|---|---|---|---|---|---|---|"
+    assert all(line.count("|") == 11 for line in table), table
     back = pd.read_csv(tmp_path / "c.csv")
-    assert list(back.columns) == ["claim", "check", "value", "ci_low", "ci_high", "p", "n", "threshold", "result",
-                                  "detail"]
+    assert list(back.columns) == ["claim", "experiment", "check", "value", "ci_low", "ci_high", "p", "n", "threshold",
+                                  "result", "detail"]
+
+
+ORDER = ("PASS", "FAIL", "INCONCLUSIVE")
+WORDS = {  # by which results occur among a claim's verdict rows
+    ("PASS",): "reproduced", ("INCONCLUSIVE",): "undecided", ("FAIL",): "not reproduced",
+    ("FAIL", "INCONCLUSIVE"): "not reproduced", ("PASS", "FAIL"): "partly reproduced",
+    ("PASS", "INCONCLUSIVE"): "partly reproduced", ("PASS", "FAIL", "INCONCLUSIVE"): "partly reproduced",
+}
+
+
+@pytest.mark.parametrize("outcomes", [c for n in (1, 2, 3) for c in itertools.combinations_with_replacement(ORDER, n)])
+def test_claim_words_follow_the_rule_on_every_combination_of_rows(outcomes):
+    from lengthgen.claims import claim_word
+
+    expected = WORDS[tuple(r for r in ORDER if r in outcomes)]
+    assert claim_word(outcomes) == expected
+    assert claim_word(reversed(outcomes)) == expected  # order does not matter
+
+
+@pytest.mark.parametrize(("e2", "e3", "word"), [
+    (["PASS", "PASS"], ["PASS"], "reproduced"),
+    (["PASS", "PASS"], ["FAIL"], "partly reproduced"),
+    (["PASS"], ["INCONCLUSIVE"], "partly reproduced"),
+    (["FAIL"], ["INCONCLUSIVE"], "not reproduced"),
+    (["INCONCLUSIVE"], ["INCONCLUSIVE"], "undecided"),
+    (["PASS", "FAIL"], ["PASS"], "partly reproduced"),
+])
+def test_a_claim_over_two_experiments_names_each(e2, e3, word):
+    rows = [{"claim": "2 coupling", "experiment": e, "result": r} for e, rs in (("E2", e2), ("E3", e3)) for r in rs]
+    line = verdict(rows + [{"claim": "2 coupling", "experiment": "E2", "result": "descriptive"}], "2 coupling")
+    assert line.startswith(word + ": E2 ")
+    assert "; E3 " in line
 
 
 def test_sparse_parity_figure_leaves_out_the_models_the_scorecard_leaves_out(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ Rows marked `descriptive` show the numbers behind a verdict; they are not verdic
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -20,12 +21,17 @@ from lengthgen.fileio import atomic_path, write_text
 from lengthgen.stats import FAIL, INCONCLUSIVE, PASS, spearman  # noqa: F401 (spearman: re-exported)
 
 DESCRIPTIVE, NOT_MEASURED = "descriptive", "N/A"
-COLUMNS = ["claim", "check", "value", "ci_low", "ci_high", "p", "n", "threshold", "result", "detail"]
+COLUMNS = ["claim", "experiment", "check", "value", "ci_low", "ci_high", "p", "n", "threshold", "result", "detail"]
 
 
 def _row(claim, check, value, threshold, result, detail, ci=(math.nan, math.nan), p=math.nan, n=0) -> dict:
-    return {"claim": claim, "check": check, "value": _r(value), "ci_low": _r(ci[0]), "ci_high": _r(ci[1]),
-            "p": _r(p), "n": int(n), "threshold": threshold, "result": result, "detail": detail}
+    return {"claim": claim, "experiment": "", "check": check, "value": _r(value), "ci_low": _r(ci[0]),
+            "ci_high": _r(ci[1]), "p": _r(p), "n": int(n), "threshold": threshold, "result": result, "detail": detail}
+
+
+def tag(rows: list[dict], experiment: str) -> list[dict]:
+    """The rows with the experiment they come from (E1..E4): claim words are decided per experiment."""
+    return [{**r, "experiment": experiment} for r in rows]
 
 
 def _r(x) -> float:
@@ -39,8 +45,10 @@ def model_names(rows: pd.DataFrame) -> str:
 
 
 def _model_accuracy_at(sweep: pd.DataFrame, length: int) -> pd.Series:
-    """Accuracy of each model (task, scheme, seed) at `length`, mean over k or depth."""
-    return sweep[sweep["length"] == length].groupby(["task", "scheme", "seed"])["accuracy"].mean()
+    """Accuracy of each model (task, scheme, seed) at `length`: mean over depth within each k,
+    then its worst k. A model trained on a mixture of k fits only when it fits every k."""
+    per_k = sweep[sweep["length"] == length].groupby(["task", "scheme", "seed", "k"], dropna=False)["accuracy"].mean()
+    return per_k.groupby(level=["task", "scheme", "seed"]).min()
 
 
 def fitted(sweep: pd.DataFrame, train_max: int, fit_min: float):
@@ -64,73 +72,147 @@ def claim1_points(sweep: pd.DataFrame, train_max: int, cfg: dict) -> pd.DataFram
 
 
 def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int, cfg: dict, st: dict) -> list[dict]:
-    """Claim 1, one verdict per scheme: one point per fitted model (its mean accuracy over the
-    test lengths of at least `min_length_ratio` x training); PASS when Spearman(k, point) is
-    negative with one-sided permutation p <= alpha, FAIL when not, INCONCLUSIVE when fewer
-    than two k have `min_models_per_k` fitted models. Models trained on a mixture of k give one
-    point per (model, k). The per-length means follow as descriptive rows."""
+    """Claim 1, one verdict per scheme over every k of the grid (`_trend_row`), then, as
+    descriptive rows, the adjacent contrasts k against k + 1 with model-level intervals and the
+    per-length means."""
     sweep = sweep[sweep["task"].isin(sparse_tasks)]
     sweep = sweep.assign(fits=fitted(sweep, train_max, cfg["fit_min"]))
     rows = [_fit_row(sweep, train_max, cfg["fit_min"])]
     long = sorted(n for n in sweep["length"].unique() if n >= cfg["min_length_ratio"] * train_max)
     if not long:
         longest = int(sweep["length"].max()) if len(sweep) else 0
-        return rows + [_row("1 sparsity", f"no test length >= {cfg['min_length_ratio']:g}x the training length "
-                            f"{train_max}", math.nan, "-", NOT_MEASURED, f"longest test length {longest}")]
+        return tag(rows + [_row("1 sparsity", f"no test length >= {cfg['min_length_ratio']:g}x the training length "
+                                f"{train_max}", math.nan, "-", NOT_MEASURED, f"longest test length {longest}")], "E1")
     points = claim1_points(sweep, train_max, cfg)
     for scheme, g in sweep.groupby("scheme", sort=True):
-        rows.append(_trend_row(scheme, g, points[points["scheme"] == scheme], cfg, st))
-        fit = g[g["fits"]]
-        for n in long:
-            by_k = fit[fit["length"] == n].groupby("k")["accuracy"].mean().sort_index()
-            detail = ", ".join(f"k={k}: {v:.3f}" for k, v in by_k.items())
-            drop = by_k.iloc[0] - by_k.iloc[-1] if len(by_k) else math.nan
-            models = len(fit.loc[fit["length"] == n, ["task", "seed"]].drop_duplicates())
-            rows.append(_row("1 sparsity", f"{scheme} at n={n} ({n / train_max:g}x): mean accuracy, smallest k - "
-                             "largest k", drop, "-", DESCRIPTIVE, detail, n=models))
-    return rows
+        mine = points[points["scheme"] == scheme]
+        ks = sorted(int(k) for k in g["k"].dropna().unique())
+        draws = k_draws(mine, ks, st)
+        rows.append(_trend_row(scheme, g, mine, ks, draws, cfg, st))
+        rows += _adjacent_rows(scheme, mine, ks, draws, cfg, st)
+        rows += _length_rows(scheme, g[g["fits"]], long, train_max)
+    return tag(rows, "E1")
 
 
 def _fit_row(sweep: pd.DataFrame, train_max: int, fit_min: float) -> dict:
-    """How many models fit their training lengths: accuracy at the longest, mean over k."""
-    acc = _model_accuracy_at(sweep, train_max)
-    if acc.empty:
+    """How many models fit their training lengths (every k at the longest), per scheme and k."""
+    at = sweep[sweep["length"] == train_max]
+    if at.empty:
         return _row("1 sparsity", f"models that fit at n={train_max} (1x)", math.nan, "-", NOT_MEASURED,
                     f"no test length equals the longest training length {train_max}")
+    acc = _model_accuracy_at(sweep, train_max)
+    fits = at.groupby(["scheme", "k", "task", "seed"])["accuracy"].mean().ge(fit_min)
+    counts = fits.groupby(level=["scheme", "k"]).agg(["sum", "size"])
+    rates = "; ".join(f"{scheme} " + ", ".join(f"k={int(k)} {r['sum']}/{r['size']}" for (_, k), r in c.iterrows())
+                      for scheme, c in counts.groupby(level="scheme"))
     low = acc[acc < fit_min]
-    detail = "below: " + ", ".join(f"{t}/{s}/seed{seed} {a:.3f}" for (t, s, seed), a in low.items()) if len(low) else ""
-    return _row("1 sparsity", f"models that fit at n={train_max} (1x): fraction", (acc >= fit_min).mean(),
-                f">= {fit_min} each", DESCRIPTIVE, detail, n=len(acc))
+    below = ", ".join(f"{t}/{s}/seed{seed} {a:.3f}" for (t, s, seed), a in low.items())
+    return _row("1 sparsity", f"models that fit at n={train_max} (1x, every k): fraction", (acc >= fit_min).mean(),
+                f">= {fit_min} each", DESCRIPTIVE, f"fitted per k: {rates}" + (f"; below: {below}" if below else ""),
+                n=len(acc))
 
 
-def _trend_row(scheme: str, g: pd.DataFrame, points: pd.DataFrame, cfg: dict, st: dict) -> dict:
-    """The scheme's verdict from its sweep rows `g` and its claim-1 `points`."""
-    lo_ratio = cfg["min_length_ratio"]
-    check = f"{scheme}: Spearman(k, mean accuracy at n >= {lo_ratio:g}x), one point per fitted model"
-    threshold = f"p <= {st['alpha']:g} (one-sided)"
-    counts = points.groupby("k").size()
+def k_draws(points: pd.DataFrame, ks: list[int], st: dict) -> pd.DataFrame | None:
+    """(n_boot, k) resampled mean accuracy per k, over models: models trained on a mixture of k
+    are resampled whole (their k stay paired); one model per k, each k's models apart."""
+    if points.empty or not set(ks) <= set(points["k"]):
+        return None
+    if _paired(points):
+        table = points.pivot_table(index=["task", "seed"], columns="k", values="accuracy").dropna()
+        return stats.paired_mean_draws(table[ks], st["n_boot"], st["seed"])
+    groups = {k: points.loc[points["k"] == k, "accuracy"] for k in ks}
+    return pd.DataFrame(stats.group_mean_ci(groups, st["n_boot"], st["seed"]))
+
+
+def _paired(points: pd.DataFrame) -> bool:
+    """Whether each model carries several k (trained on a mixture), so its points pair by model."""
+    return bool((points.groupby(["task", "seed"])["k"].nunique() > 1).all())
+
+
+def _blocks(points: pd.DataFrame) -> pd.Series:
+    """The permutation test's blocks: a model trained on a mixture of k is a block of its own (only
+    its k are exchangeable); models of one k each share one block (they are exchangeable)."""
+    model = points["task"] + "/" + points["seed"].astype(str)
+    several = points.groupby(["task", "seed"])["k"].transform("nunique") > 1
+    return model.where(several, "one k per model")
+
+
+def _trend_row(scheme: str, g: pd.DataFrame, points: pd.DataFrame, ks: list[int], draws, cfg: dict,
+               st: dict) -> dict:
+    """The scheme's verdict over the grid's k (registered in docs/protocol.md): PASS when
+    Spearman(k, point) is negative with one-sided permutation p <= alpha AND the effect
+    acc(k_min) - acc(k_max) has its interval's lower end at or above `effect_floor`; FAIL when
+    the evidence is against the claim (the interval lies below the floor, or accuracy rises with
+    k with p <= alpha); INCONCLUSIVE otherwise, and when a k has fewer than `min_models_per_k`
+    fitted models."""
+    lo_ratio, floor = cfg["min_length_ratio"], cfg["effect_floor"]
+    span = f"k={ks[0]}..{ks[-1]}" if ks else "k"
+    check = (f"{scheme}: accuracy at n >= {lo_ratio:g}x falls with k ({span}): acc(k={ks[0] if ks else '?'}) - "
+             f"acc(k={ks[-1] if ks else '?'}), one point per fitted model and k")
+    threshold = f"Spearman p <= {st['alpha']:g} (one-sided) and CI low >= {floor:g}"
+    counts = points.groupby("k").size().reindex(ks, fill_value=0)
     unfit = model_names(g[~g["fits"]])
     left_out = f"; left out, unfit: {unfit}" if unfit else ""
-    enough = counts[counts >= cfg["min_models_per_k"]]
-    if len(enough) < 2:
+    if len(ks) < 2 or (counts < cfg["min_models_per_k"]).any() or draws is None:
         return _row("1 sparsity", check, math.nan, threshold, INCONCLUSIVE,
-                    f"fitted models per k: {_counts(counts)}; needs {cfg['min_models_per_k']} at two or more k"
-                    + left_out, n=len(points))
-    points = points[points["k"].isin(enough.index)]
-    rho, p = stats.permutation_spearman(points["k"], points["accuracy"], "less", st["n_perm"], st["seed"])
-    ks = sorted(enough.index)
-    draws = stats.group_mean_ci({k: points.loc[points["k"] == k, "accuracy"] for k in ks}, st["n_boot"], st["seed"])
-    effect = points.loc[points["k"] == ks[0], "accuracy"].mean() - points.loc[points["k"] == ks[-1], "accuracy"].mean()
+                    f"fitted models per k: {_counts(counts)}; needs {cfg['min_models_per_k']} at every k of "
+                    f"two or more" + left_out, n=len(points))
+    t = trend_test(points, ks, draws, cfg, st)
+    design = "within-model permutation (mixture)" if t["paired"] else "permutation over models"
+    detail = (f"Spearman {t['rho']:.3f} ({design}); " + ", ".join(f"k={k}: {t['means'][k]:.3f}" for k in ks)
+              + f"; models per k: {_counts(counts)}{left_out}")
+    return _row("1 sparsity", check, t["effect"], threshold, t["result"], detail, t["ci"], t["p"], n=len(points))
+
+
+def trend_test(points: pd.DataFrame, ks: list[int], draws: pd.DataFrame, cfg: dict, st: dict) -> dict:
+    """The registered claim-1 rule on one scheme's points (see `_trend_row`); the scorecard and
+    the sparsity_test figure both call it, so they cannot disagree."""
+    blocks = _blocks(points)
+    rho, p_less = stats.block_permutation_spearman(points["k"], points["accuracy"], blocks, "less", st["n_perm"],
+                                                   st["seed"])
+    _, p_more = stats.block_permutation_spearman(points["k"], points["accuracy"], blocks, "greater", st["n_perm"],
+                                                 st["seed"])
+    means = points.groupby("k")["accuracy"].mean()
     ci = stats.percentile_ci(draws[ks[0]] - draws[ks[-1]], st["level"])
-    result = PASS if p <= st["alpha"] and rho < 0 else FAIL
-    means = ", ".join(f"k={k}: {points.loc[points['k'] == k, 'accuracy'].mean():.3f}" for k in ks)
-    detail = (f"effect acc(k={ks[0]}) - acc(k={ks[-1]}) {effect:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]; {means}; "
-              f"models per k: {_counts(counts)}{left_out}")
-    return _row("1 sparsity", check, rho, threshold, result, detail, p=p, n=len(points))
+    floor = cfg["effect_floor"]
+    if p_less <= st["alpha"] and ci[0] >= floor:
+        result = PASS
+    elif ci[1] < floor or p_more <= st["alpha"]:
+        result = FAIL
+    else:
+        result = INCONCLUSIVE
+    return {"rho": rho, "p": p_less, "effect": float(means[ks[0]] - means[ks[-1]]), "ci": ci, "means": means,
+            "result": result, "paired": _paired(points)}
+
+
+def _adjacent_rows(scheme: str, points: pd.DataFrame, ks: list[int], draws, cfg: dict, st: dict) -> list[dict]:
+    """acc(k) - acc(k + 1) beyond training with model-level intervals: where the order holds."""
+    if draws is None:
+        return []
+    means = points.groupby("k")["accuracy"].mean()
+    rows = []
+    for a, b in itertools.pairwise(ks):
+        ci = stats.percentile_ci(draws[a] - draws[b], st["level"])
+        rows.append(_row("1 sparsity", f"{scheme}: acc(k={a}) - acc(k={b}) at n >= {cfg['min_length_ratio']:g}x",
+                         means[a] - means[b], "-", DESCRIPTIVE, f"k={a}: {means[a]:.3f}, k={b}: {means[b]:.3f}", ci,
+                         n=int((points["k"] == a).sum() + (points["k"] == b).sum())))
+    return rows
+
+
+def _length_rows(scheme: str, fit: pd.DataFrame, long: list[int], train_max: int) -> list[dict]:
+    rows = []
+    for n in long:
+        by_k = fit[fit["length"] == n].groupby("k")["accuracy"].mean().sort_index()
+        detail = ", ".join(f"k={int(k)}: {v:.3f}" for k, v in by_k.items())
+        drop = by_k.iloc[0] - by_k.iloc[-1] if len(by_k) else math.nan
+        models = len(fit.loc[fit["length"] == n, ["task", "seed"]].drop_duplicates())
+        rows.append(_row("1 sparsity", f"{scheme} at n={n} ({n / train_max:g}x): mean accuracy, smallest k - "
+                         "largest k", drop, "-", DESCRIPTIVE, detail, n=models))
+    return rows
 
 
 def _counts(counts: pd.Series) -> str:
-    return ", ".join(f"k={k}: {c}" for k, c in counts.items()) or "none"
+    return ", ".join(f"k={int(k)}: {c}" for k, c in counts.items()) or "none"
 
 
 # -- claim 2: coupling ------------------------------------------------------------------------
@@ -176,24 +258,29 @@ def coupling_checks(sweep: pd.DataFrame, tasks: dict, cfg: dict, st: dict) -> li
     `margin`, and stays within `match_tolerance` of pc (oracle IDs)."""
     rows = []
     for task, info in sorted(tasks.items()):
-        n_max = info["n_max"]
-        n = int(round(cfg["length_ratio"] * n_max))
-        label = f"{task} ({info['answer_format']} answers)" if info.get("answer_format") else task
-        where = f"{label} at n={n} ({cfg['length_ratio']:g}x)"
-        lengths = set(sweep.loc[sweep["task"] == task, "length"])
-        if n not in lengths or n_max not in lengths:
-            rows.append(_row("2 coupling", f"{where}: not tested", math.nan, "-", NOT_MEASURED,
-                             f"add {n_max} and {n} to eval.lengths"))
-            continue
-        names = sorted(sweep.loc[sweep["task"] == task, "scheme"].unique())
-        schemes = {s: _Scheme(sweep, task, s, n_max, n, cfg["fit_min"]) for s in names}
-        roles = {s: scheme_role(info["scheme_options"][s]) for s in names}
-        rows.append(_fit_summary(label, n_max, schemes, cfg))
-        if info["kind"] == "scratchpad_parity":
-            rows += [_parity_row(where, schemes[s], roles[s], cfg, st) for s in names]
-        else:
-            rows += _assignment_rows(where, schemes, roles, cfg, st)
+        rows += tag(_task_coupling_rows(sweep, task, info, cfg, st), KIND_EXPERIMENT[info["kind"]])
     return rows
+
+
+KIND_EXPERIMENT = {"scratchpad_parity": "E2", "variable_assignment": "E3"}
+
+
+def _task_coupling_rows(sweep: pd.DataFrame, task: str, info: dict, cfg: dict, st: dict) -> list[dict]:
+    n_max = info["n_max"]
+    n = int(round(cfg["length_ratio"] * n_max))
+    label = f"{task} ({info['answer_format']} answers)" if info.get("answer_format") else task
+    where = f"{label} at n={n} ({cfg['length_ratio']:g}x)"
+    lengths = set(sweep.loc[sweep["task"] == task, "length"])
+    if n not in lengths or n_max not in lengths:
+        return [_row("2 coupling", f"{where}: not tested", math.nan, "-", NOT_MEASURED,
+                     f"add {n_max} and {n} to eval.lengths")]
+    names = sorted(sweep.loc[sweep["task"] == task, "scheme"].unique())
+    schemes = {s: _Scheme(sweep, task, s, n_max, n, cfg["fit_min"]) for s in names}
+    roles = {s: scheme_role(info["scheme_options"][s]) for s in names}
+    rows = [_fit_summary(label, n_max, schemes, cfg)]
+    if info["kind"] == "scratchpad_parity":
+        return rows + [_parity_row(where, schemes[s], roles[s], cfg, st) for s in names]
+    return rows + _assignment_rows(where, schemes, roles, cfg, st)
 
 
 def _fit_summary(label: str, n_max: int, schemes: dict, cfg: dict) -> dict:
@@ -287,7 +374,7 @@ def language_checks(scores: pd.DataFrame, cfg: dict, st: dict) -> list[dict]:
         rows.append(_row("3 language", f"short model: loss(window) - loss(window + {k} greedy tokens, {positions} IDs)",
                          d.mean(), "> 0 (interval)", stats.interval_verdict(*ci, 0.0, ">"),
                          f"paired mean over {where}", ci, n=len(d)))
-    return rows
+    return tag(rows, "E4")
 
 
 def _ks(scored: pd.DataFrame, method: str) -> list[int]:
@@ -320,7 +407,8 @@ def attention_checks(models: pd.DataFrame, sweep: pd.DataFrame, experiments: dic
             check = f"{label} at n={lengths}: Spearman({what}, exact match), one point per fitted model"
             threshold = f"> 0, p <= {st['alpha']:g} (one-sided)"
             verdict = measure == "attribution"  # the attention mass is shown, not judged
-            rows.append(_association_row(check, fit, measure, threshold, cfg, st, note, verdict))
+            row = _association_row(check, fit, measure, threshold, cfg, st, note, verdict)
+            rows += tag([row], label.split()[0])
     return rows
 
 
@@ -362,6 +450,7 @@ def _association_row(check, fit: pd.DataFrame, measure: str, threshold, cfg, st,
 
 # Claims whose experiments this grid does not run: listed, so the scorecard always covers
 # every claim of the paper and says plainly which ones it did not measure.
+EXPERIMENTS = {"1 sparsity": "E1", "2 coupling": "E2, E3", "3 language": "E4"}
 NOT_IN_GRID = {
     "1 sparsity": "sparse parity (E1)",
     "2 coupling": "position coupling and PPC (E2 parity with scratchpad, E3 variable assignment)",
@@ -370,8 +459,8 @@ NOT_IN_GRID = {
 
 
 def unmeasured_rows(claims) -> list[dict]:
-    return [_row(claim, f"{NOT_IN_GRID[claim]}: not in this grid", math.nan, "-", NOT_MEASURED,
-                 "no task of this experiment configured") for claim in claims]
+    return [{**_row(claim, f"{NOT_IN_GRID[claim]}: not in this grid", math.nan, "-", NOT_MEASURED,
+                    "no task of this experiment configured"), "experiment": EXPERIMENTS[claim]} for claim in claims]
 
 
 def heading(claim: str) -> str:
@@ -379,34 +468,74 @@ def heading(claim: str) -> str:
     return f"claim {claim}" if claim in NOT_IN_GRID else claim
 
 
+# -- claim words ------------------------------------------------------------------------------
+
+REPRODUCED, PARTLY, NOT_REPRODUCED, UNDECIDED = "reproduced", "partly reproduced", "not reproduced", "undecided"
+_LEVEL = {PASS: "pass", REPRODUCED: "pass", FAIL: "fail", NOT_REPRODUCED: "fail", INCONCLUSIVE: "open",
+          UNDECIDED: "open", PARTLY: "partial"}
+
+
+def claim_word(outcomes) -> str:
+    """The one rule from outcomes to a claim word, used at two levels: a claim's verdict rows
+    within one experiment (PASS / FAIL / INCONCLUSIVE), then its experiments' words. Every
+    outcome passes: reproduced. Every outcome open (INCONCLUSIVE, undecided): undecided. No pass
+    at all, and at least one fail: not reproduced. Anything else (a pass beside a fail or an
+    open outcome): partly reproduced. An open outcome alone never makes "not reproduced"."""
+    levels = [_LEVEL[o] for o in outcomes]
+    if not levels:
+        raise ValueError("claim_word: no outcomes")
+    if all(lv == "pass" for lv in levels):
+        return REPRODUCED
+    if all(lv == "open" for lv in levels):
+        return UNDECIDED
+    if "pass" not in levels and "partial" not in levels:
+        return NOT_REPRODUCED
+    return PARTLY
+
+
 def verdict(rows: list[dict], claim: str) -> str:
-    """One line per claim: reproduced only when every verdict row passes. An analysis beyond
-    the paper reproduces nothing: its line only counts its results."""
-    results = [r["result"] for r in rows if r["claim"] == claim and r["result"] in (PASS, FAIL, INCONCLUSIVE)]
-    if not results:
+    """One line per claim: its word (`claim_word`) with the results it counts; where the claim
+    spans several experiments (claim 2: E2 and E3), each experiment's word follows. An analysis
+    beyond the paper reproduces nothing: its line only counts its results."""
+    mine = [r for r in rows if r["claim"] == claim and r["result"] in (PASS, FAIL, INCONCLUSIVE)]
+    if not mine:
         return "not measured"
-    counts = ", ".join(f"{results.count(x)} {x}" for x in (PASS, FAIL, INCONCLUSIVE) if x in results)
     if claim not in NOT_IN_GRID:
-        return f"beyond the paper, not one of its claims ({counts})"
-    if all(r == PASS for r in results):
-        return f"reproduced ({counts})"
-    if all(r == INCONCLUSIVE for r in results):
-        return f"not reproduced: undecided ({counts})"
-    return f"not reproduced ({counts})"
+        return f"beyond the paper, not one of its claims ({_tally(mine)})"
+    by_exp: dict[str, list[dict]] = {}
+    for r in mine:
+        by_exp.setdefault(r.get("experiment") or "", []).append(r)
+    words = {exp: claim_word([r["result"] for r in rs]) for exp, rs in sorted(by_exp.items())}
+    word = claim_word(words.values())
+    if len(words) == 1:
+        return f"{word} ({_tally(mine)})"
+    return f"{word}: " + "; ".join(f"{exp} {w} ({_tally(by_exp[exp])})" for exp, w in words.items())
 
 
-def write_scorecard(rows: list[dict], csv_out, md_out) -> None:
+def _tally(rows: list[dict]) -> str:
+    results = [r["result"] for r in rows]
+    return ", ".join(f"{results.count(x)} {x}" for x in (PASS, FAIL, INCONCLUSIVE) if x in results)
+
+
+RUN_KINDS = {
+    "exploratory": "exploratory: this grid's results shaped the rules; `make replicate` confirms them",
+    "confirmatory": "confirmatory: fresh model seeds and fresh data, which no decision has seen",
+}
+
+
+def write_scorecard(rows: list[dict], csv_out, md_out, run: str = "exploratory") -> None:
     df = pd.DataFrame(rows, columns=COLUMNS)
     with atomic_path(csv_out) as tmp:
         df.to_csv(tmp, index=False, float_format="%.4f", lineterminator="\n")
-    lines = ["# Claims scorecard\n"]
+    lines = ["# Claims scorecard\n", f"Run: {RUN_KINDS[run]}.\n"]
     lines += [f"- {heading(c)}: {verdict(rows, c)}" for c in sorted(df["claim"].unique())]
-    lines += ["", "| claim | check | value | 95% CI | p | n | threshold | result | detail |", "|" + "---|" * 9]
+    lines += ["", "| claim | experiment | check | value | 95% CI | p | n | threshold | result | detail |",
+              "|" + "---|" * 10]
     for r in df.itertuples():
         ci = "" if math.isnan(r.ci_low) else f"[{r.ci_low:.4f}, {r.ci_high:.4f}]"
         p = "" if math.isnan(r.p) else f"{r.p:.4f}"
         result = r.result if r.result in (DESCRIPTIVE, NOT_MEASURED) else f"**{r.result}**"
         value = "" if math.isnan(r.value) else f"{r.value:.4f}"
-        lines.append(f"| {r.claim} | {r.check} | {value} | {ci} | {p} | {r.n} | {r.threshold} | {result} | "
-                     f"{r.detail} |")
+        lines.append(f"| {r.claim} | {r.experiment} | {r.check} | {value} | {ci} | {p} | {r.n} | {r.threshold} | "
+                     f"{result} | {r.detail} |")
     write_text(md_out, "\n".join(lines) + "\n")

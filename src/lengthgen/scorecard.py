@@ -28,7 +28,7 @@ def build(sweep_csv, sparse_tasks: list[str], train_max: int, cfg: dict, couplin
     ran = {"1 sparsity": sparse_tasks, "2 coupling": coupling, "3 language": influence}
     missing = [claim for claim, tasks in ran.items() if not tasks]
     rows = sorted(rows + claims.unmeasured_rows(missing), key=lambda r: r["claim"])
-    claims.write_scorecard(rows, csv_out, md_out)
+    claims.write_scorecard(rows, csv_out, md_out, cfg.get("run", "exploratory"))
     for claim in sorted({r["claim"] for r in rows}):
         log(f"{claims.heading(claim)}: {claims.verdict(rows, claim)}")
 

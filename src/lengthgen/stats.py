@@ -3,7 +3,8 @@ bootstrap intervals and a three-way verdict on an interval.
 
 Every random draw comes from numpy's PCG64 seeded by the caller, so a verdict is a function of
 the tables alone: the same on any CPU and any run. The rules themselves (which statistic, which
-alpha, how many resamples) are fixed in the config schema before any result is looked at.
+alpha, how many resamples) are set in the config schema; docs/protocol.md records when each was
+registered and what it replaced.
 """
 
 from __future__ import annotations
@@ -51,6 +52,27 @@ def permutation_spearman(x, y, alternative: str = "less", n_perm: int = 10000, s
     return rho, (1 + hits) / (1 + n_perm)
 
 
+def block_permutation_spearman(x, y, blocks, alternative: str = "less", n_perm: int = 10000,
+                               seed: int = 0) -> tuple[float, float]:
+    """Spearman(x, y) over all points, with a one-sided p from `n_perm` seeded permutations of y
+    *within* each block (e.g. the k of one model trained on a mixture of k): points of one model
+    are not independent, so only their order within the model is exchangeable under the null.
+    (1 + hits) / (1 + n_perm), never 0; nan when either side is constant."""
+    rx = pd.Series(x, dtype=float).rank().to_numpy()
+    ry = pd.Series(y, dtype=float).rank().to_numpy()  # permuting y within blocks permutes its ranks
+    rho = _pearson(rx, ry)
+    if math.isnan(rho):
+        return rho, float("nan")
+    rng = np.random.default_rng(seed)
+    perms = np.tile(ry, (n_perm, 1))
+    for members in pd.Series(np.arange(len(ry))).groupby(np.asarray(blocks), sort=True).groups.values():
+        idx = np.asarray(members)
+        perms[:, idx] = rng.permuted(perms[:, idx], axis=1)
+    sign = -1.0 if alternative == "less" else 1.0
+    hits = int(np.sum(sign * _correlations(rx, perms) >= sign * rho - 1e-12))  # ties count as extreme
+    return rho, (1 + hits) / (1 + n_perm)
+
+
 def _correlations(x: np.ndarray, ys: np.ndarray) -> np.ndarray:
     """Pearson correlation of x with each row of ys (rows are orderings of one vector)."""
     xc = x - x.mean()
@@ -81,6 +103,14 @@ def group_mean_ci(groups: dict, n_boot: int, seed: int, level: float = 0.95) -> 
         vals = np.asarray(groups[key], dtype=float)
         out[key] = vals[rng.integers(0, len(vals), size=(n_boot, len(vals)))].mean(axis=1)
     return out
+
+
+def paired_mean_draws(table: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
+    """(n_boot, columns) resampled column means of `table`, whose rows (e.g. models) are drawn
+    with replacement as wholes, so columns measured on the same row stay paired."""
+    values = table.to_numpy(dtype=float)
+    idx = np.random.default_rng(seed).integers(0, len(values), size=(n_boot, len(values)))
+    return pd.DataFrame(values[idx].mean(axis=1), columns=table.columns)
 
 
 def seed_binomial_means(accuracy, examples, n_boot: int, seed: int) -> np.ndarray:

@@ -15,14 +15,13 @@ from collections import Counter
 
 # Scorecard results in the order a reader looks for them; any other result follows, sorted.
 ORDER = ("PASS", "FAIL", "INCONCLUSIVE", "N/A")
-EXPERIMENTS = {"1 sparsity": "E1", "2 coupling": "E2, E3", "3 language": "E4"}
 
 
 def verdict_table(rows: list[dict]) -> str:
     """Markdown: one row per claim of the paper, its verdict, the number of checks and how many
     gave each result (descriptive rows, which are no verdicts, are not counted; nor are the
     analyses beyond the paper, e.g. `analysis attention`, which are not its claims)."""
-    from lengthgen.claims import DESCRIPTIVE, verdict
+    from lengthgen.claims import DESCRIPTIVE, EXPERIMENTS, verdict
 
     rows = [r for r in rows if r["result"] != DESCRIPTIVE and r["claim"] in EXPERIMENTS]
     counts: dict[str, Counter] = {}
