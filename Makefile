@@ -10,6 +10,9 @@ RESULTS ?= $(or $(shell sed -n 's/^results_dir: *\([^ #]*\).*/\1/p' $(or $(CONFI
 SNAKEMAKE := snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG))  # profiles/default is picked up by itself
 # The runs that write results: a lock left by a killed run is removed first (lengthgen.unlock).
 RUN := PYTHONPATH=src $(PY) -m lengthgen.unlock $(SNAKEMAKE)
+# Config files are read by lengthgen before Snakemake parses them: a missing file or a YAML error
+# then names the file, line and column (Snakemake's own message names neither).
+CHECK = @PYTHONPATH=src $(PY) -m lengthgen check-config config.yaml $(CONFIG)
 
 .PHONY: help run test lint paper replicate dryrun report diff bench clean
 .DEFAULT_GOAL := help
@@ -27,6 +30,7 @@ $(VENV)/.installed: requirements.txt
 FRESH = $(if $(wildcard .snakemake/metadata/*),,--forcerun aggregate provenance)
 
 run: $(VENV)/.installed  ## the embedded default (config.yaml): CPU, minutes; CONFIG=config/x.yaml for another
+	$(CHECK)
 	$(RUN) $(FRESH)
 	@cat $(RESULTS)/tables/claims.md
 	@echo "tables: $(RESULTS)/tables/  figures: $(RESULTS)/figures/  scorecard: $(RESULTS)/tables/claims.md"
@@ -40,14 +44,17 @@ lint: $(VENV)/.installed  ## ruff, snakemake --lint and snakefmt --check (CI run
 	snakefmt --check .
 
 paper: $(VENV)/.installed  ## the paper-scale grid (use a GPU cluster: see README)
+	$(CHECK) config/paper.yaml
 	$(RUN) --configfile config/paper.yaml
 
-replicate: $(VENV)/.installed  ## the default grid on disjoint seeds, its scorecard beside the default's
+replicate: $(VENV)/.installed  ## the default grid on fresh seeds and data, its scorecard beside the default's
+	$(CHECK) config/replicate.yaml
 	PYTHONPATH=src $(PY) -m lengthgen.unlock snakemake --cores $(CORES) --configfile config/replicate.yaml $(FRESH)
 	PYTHONPATH=src $(PY) -m lengthgen replicate --main results/tables/claims.csv \
 		--other results-replicate/tables/claims.csv --out results-replicate/tables/replication.md
 
 report: $(VENV)/.installed  ## self-contained HTML report of the last run
+	$(CHECK)
 	$(SNAKEMAKE) --report $(RESULTS)/report.html
 
 REV ?= HEAD
@@ -64,6 +71,7 @@ bench: $(VENV)/.bench-installed  ## benchmark suite -> benchmarks/results.md (11
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
 
 dryrun: $(VENV)/.installed  ## what `make run` would do, without doing it
+	$(CHECK)
 	$(SNAKEMAKE) -n
 
 clean:  ## remove generated data and runs (keeps the committed tables and figures)

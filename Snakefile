@@ -5,7 +5,8 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# The configuration is config.yaml beside this file, under --configfile and --config: read and
+# checked by workflow/rules/common.smk, so that errors name the file and line.
 
 
 report: "workflow/report/workflow.rst"

@@ -1,5 +1,6 @@
 """`make run` after a killed run: the lock a SIGKILLed Snakemake left is removed and the run goes
-on; a lock that a live Snakemake holds stops the run in one line."""
+on; a live Snakemake of the same configuration stops the run in one line, one of another
+configuration does not."""
 
 import os
 import signal
@@ -34,6 +35,14 @@ def test_snakemake_command_lines_are_recognised():
     assert not is_job(["python", "-m", "lengthgen.unlock", "snakemake"])
 
 
+def test_configfiles_of_a_command_line_are_resolved(tmp_path):
+    from lengthgen.unlock import configfiles
+
+    argv = ["python", "snakemake", "--cores", "1", "--configfile", "a.yaml", "b.yaml", "-n", "--configfile=c.yaml"]
+    assert configfiles(argv, tmp_path) == {tmp_path / "a.yaml", tmp_path / "b.yaml", tmp_path / "c.yaml"}
+    assert configfiles(["snakemake", "--cores", "all"], tmp_path) == frozenset()
+
+
 def _wrapped(workdir) -> list[str]:
     snakemake = [str(VENV_BIN / "snakemake"), "--cores", "1", "--configfile", "tiny.yaml"]
     return [PYTHON, "-m", "lengthgen.unlock", *snakemake]
@@ -62,12 +71,18 @@ def test_a_killed_run_is_unlocked_and_goes_on_but_a_live_one_is_not(tmp_path):
             assert first.poll() is None, "snakemake ended before it locked the directory"
             assert time.monotonic() < deadline, "snakemake never locked the directory"
             time.sleep(0.1)
-        # a live run holds the lock: stop, in one line naming it
+        # a live run of the same configuration holds the lock: stop, in one line naming it
         blocked = _run(workdir, _wrapped(workdir))
         assert blocked.returncode == 1, blocked.stderr
         assert blocked.stderr.strip() == (
-            f"lengthgen: Snakemake (pid {first.pid}) is still running in {workdir.resolve()} and holds its "
-            "lock; wait for it to end, or stop it first")
+            f"lengthgen: a run of this configuration (Snakemake, pid {first.pid}) is already running in "
+            f"{workdir.resolve()}; wait for it to end, or stop it first")
+        # another configuration (its own results_dir) goes on beside it: here planned, not run
+        (workdir / "other.yaml").write_text(yaml.safe_dump({**TINY, "results_dir": "results-other"}))
+        other = _run(workdir, [PYTHON, "-m", "lengthgen.unlock", str(VENV_BIN / "snakemake"), "-n", "--cores", "1",
+                               "--configfile", "other.yaml"])
+        assert other.returncode == 0, other.stderr
+        assert "results-other/runs/lock_k1/nope/seed0/model.pt" in other.stdout + other.stderr
         first.send_signal(signal.SIGKILL)  # no chance to remove its lock
         first.wait()
     finally:

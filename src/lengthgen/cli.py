@@ -225,6 +225,12 @@ def cmd_replicate(a) -> int:
     return 0 if replicate.run(a.main, a.other, a.out, tuple(a.names)) else 1
 
 
+def cmd_check_config(a) -> None:
+    from lengthgen import config
+
+    config.check_files(a.files)
+
+
 def cmd_power(a) -> None:
     from lengthgen import power
 
@@ -424,6 +430,10 @@ def _tools(sub) -> None:
     s.add_argument("--out", required=True, help="markdown report")
     s.add_argument("--names", nargs=2, default=["default", "replicate"])
     s.set_defaults(func=cmd_replicate)
+
+    s = sub.add_parser("check-config", help="read config files as a run would (make run checks CONFIG with it)")
+    s.add_argument("files", nargs="+")
+    s.set_defaults(func=cmd_check_config)
 
     s = sub.add_parser("power", help="power of the claim-1 test at m fitted models per k, from a sweep")
     s.add_argument("--results", nargs="+", default=["results"],

@@ -172,13 +172,47 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_yaml(path) -> dict:
+    """A YAML mapping; UserError names the file, and for a syntax error its line and column."""
     try:
         with open(path) as f:
-            return yaml.load(f, Loader=_LOADER) or {}
+            loaded = yaml.load(f, Loader=_LOADER)
     except FileNotFoundError:
         raise UserError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: a directory, not a YAML file") from None
     except yaml.YAMLError as err:
-        raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(f"{path}{where}: not valid YAML ({problem})") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise UserError(f"{path}: expected a mapping of config keys, found a YAML {type(loaded).__name__}")
+    return loaded
+
+
+def load_run_config(basedir, given: dict, configfiles, schema: dict, overrides=()) -> dict:
+    """The validated configuration of a run: `config.yaml` beside the Snakefile (so
+    `-s path/to/Snakefile` from anywhere reads it), under what Snakemake already merged from
+    --configfile and --config (`given`; `overrides` holds the --config keys). An invalid value
+    names the file, or the option, that set it."""
+    files = [Path(basedir) / "config.yaml", *map(Path, configfiles)]
+    loaded = [load_yaml(path) for path in files]  # each named if it is not a mapping of keys
+    try:
+        return validate(_deep_merge(loaded[0], given), schema)
+    except UserError as err:
+        key = str(err).removeprefix("config.").split(":")[0].split(".")[0].split("[")[0]
+        setters = [f"in {path}" for path, keys in zip(files, loaded, strict=True) if key in keys]
+        setters += ["by --config"] if key in overrides else []
+        raise UserError(f"{err} (set {setters[-1]})" if setters else str(err)) from None
+
+
+def check_files(paths: list[str]) -> None:
+    """`make run CONFIG=...` checks its file before Snakemake parses it: Snakemake's own message
+    for a broken --configfile names neither the file nor the line."""
+    for path in paths:
+        load_yaml(path)
 
 
 # Rules whose jobs run torch on config["device"]; with `stack` > 1 training is train_seeds_<block>.

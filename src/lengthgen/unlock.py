@@ -4,8 +4,10 @@
 its working directory while it runs and removes the lock when it ends; a run killed with SIGKILL
 (or by an out-of-memory killer, or a closed laptop lid's shutdown) cannot, and the next run stops
 on it. A lock is stale when no live Snakemake process works in this directory: then it is removed
-with `snakemake --unlock` (same arguments) and the run goes on. When one is alive, its lock is
-real: stop in one line naming it.
+with `snakemake --unlock` (same arguments) and the run goes on. When one is alive and runs the
+same configuration (the same --configfile files), stop in one line naming it; a run of another
+configuration writes another results directory, so this one goes on beside it (Snakemake's own
+locks still refuse any output the two share).
 """
 
 from __future__ import annotations
@@ -46,14 +48,41 @@ def live_processes(workdir: Path, match) -> list[int]:
     return sorted(pids)
 
 
+def configfiles(argv: list[str], workdir: Path) -> frozenset[Path]:
+    """The --configfile (--configfiles) paths of a Snakemake command line, resolved."""
+    files, taking = set(), False
+    for arg in argv[1:]:
+        if arg in ("--configfile", "--configfiles"):
+            taking = True
+        elif arg.startswith("--configfile="):
+            files.add(arg.split("=", 1)[1])
+        elif arg.startswith("-"):
+            taking = False
+        elif taking:
+            files.add(arg)
+    return frozenset((workdir / f).resolve() for f in files)
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        return [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        return []
+
+
 def clear_stale_lock(command: list[str], workdir: Path) -> int:
-    """0 when `command` may run: no lock, or a stale one now removed; 1 when a live run holds it."""
+    """0 when `command` may run: no lock, a stale one now removed, or live runs of other
+    configurations only; 1 when a live run of the same configuration holds it."""
     if not (workdir / LOCKS).is_dir() or not any((workdir / LOCKS).iterdir()):
         return 0
     pids = live_processes(workdir, is_snakemake)
     if pids:
-        print(f"lengthgen: Snakemake (pid {', '.join(map(str, pids))}) is still running in {workdir} and holds "
-              "its lock; wait for it to end, or stop it first", file=sys.stderr)
+        mine = configfiles(command, workdir)
+        same = [pid for pid in pids if configfiles(_argv(pid), workdir) == mine]
+        if not same:
+            return 0
+        print(f"lengthgen: a run of this configuration (Snakemake, pid {', '.join(map(str, same))}) is already "
+              f"running in {workdir}; wait for it to end, or stop it first", file=sys.stderr)
         return 1
     jobs = live_processes(workdir, is_job)
     if jobs:  # rerunning them now would have two processes write the same outputs

@@ -17,9 +17,25 @@ from lengthgen.errors import UserError  # noqa: E402
 from lengthgen.fileio import canonical_json  # noqa: E402
 from snakemake.settings.types import DeploymentMethod  # noqa: E402
 
+def _refuse_subdirectory():
+    """A run from inside the checkout but not at its root (`snakemake -s ../Snakefile` from
+    workflow/) would write results and resources/ there: refuse. From outside the checkout
+    (`--directory /scratch/run`) the run goes on there, with the checkout's config.yaml."""
+    here, root = Path.cwd().resolve(), Path(workflow.basedir).resolve()
+    if here != root and root in here.parents:
+        raise UserError(f"{here}: inside the checkout but not its root; run from {root} (or pass --directory {root})")
+
+
 try:
-    CONFIG = lgconfig.validate(
-        config, lgconfig.load_yaml(Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
+    _refuse_subdirectory()
+    # config.yaml is read here, beside the Snakefile, not by a `configfile:` directive: found from
+    # any directory, and its errors name the file, line and column.
+    CONFIG = lgconfig.load_run_config(
+        workflow.basedir,
+        config,
+        workflow.overwrite_configfiles,
+        lgconfig.load_yaml(Path(workflow.basedir) / "workflow/schemas/config.schema.yaml"),
+        overrides=dict(workflow.config_settings.config),
     )
 except UserError as err:
     sys.exit(f"lengthgen: error: {err}")  # one line, no traceback, nothing written

@@ -1,0 +1,85 @@
+"""Config files are read by lengthgen, not only by Snakemake: a missing file, a YAML syntax error
+and a wrong type end in one line naming the file (and line, column, or key); config.yaml is found
+beside the Snakefile, and a run from a subdirectory of the checkout is refused in one line."""
+
+import shutil
+import subprocess
+
+import pytest
+from conftest import VENV_BIN, error_lines, run_lengthgen, run_snakemake
+
+from lengthgen import config
+from lengthgen.errors import UserError
+
+
+def test_a_yaml_syntax_error_names_the_file_line_and_column(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("results_dir: x\ntasks: [a\n  b: 1\n")
+    with pytest.raises(UserError, match=rf"^{bad}:3:4: not valid YAML \(did not find expected ',' or '\]'\)$"):
+        config.load_yaml(bad)
+
+
+def test_a_missing_file_and_a_non_mapping_are_named(tmp_path):
+    with pytest.raises(UserError, match=r"nope.yaml: file not found$"):
+        config.load_yaml(tmp_path / "nope.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(UserError, match=r"list.yaml: expected a mapping of config keys, found a YAML list$"):
+        config.load_yaml(tmp_path / "list.yaml")
+
+
+def test_check_config_is_one_line_and_status_2(tmp_path):
+    (tmp_path / "bad.yaml").write_text("seeds: [1, 2\n")
+    done = run_lengthgen("check-config", "bad.yaml", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert error_lines(done.stderr) == ["lengthgen: error: bad.yaml:2:1: not valid YAML (did not find expected ',' "
+                                        "or ']')"]
+
+
+@pytest.mark.workflow
+def test_a_wrong_type_names_the_key_and_the_file_or_option_that_set_it(workflow_copy):
+    (workflow_copy / "wrong.yaml").write_text("seeds: 3\n")
+    done = run_snakemake(workflow_copy, "-n", "-c1", "--configfile", "wrong.yaml")
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert error_lines(done.stderr) == [
+        f"lengthgen: error: config.seeds: 3 is not of type 'array' (set in {workflow_copy / 'wrong.yaml'})"]
+    done = run_snakemake(workflow_copy, "-n", "-c1", "--config", "seeds=3")
+    assert error_lines(done.stderr) == ["lengthgen: error: config.seeds: 3 is not of type 'array' (set by --config)"]
+
+
+@pytest.mark.workflow
+def test_a_syntax_error_in_config_yaml_names_its_line(workflow_copy):
+    path = workflow_copy / "config.yaml"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([*lines, "oops: [1"]) + "\n")
+    done = run_snakemake(workflow_copy, "-n", "-c1")
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    (line,) = error_lines(done.stderr)
+    assert line.startswith(f"lengthgen: error: {path}:{len(lines) + 2}:1: not valid YAML")
+
+
+@pytest.mark.workflow
+def test_the_snakefile_reads_its_own_config_from_anywhere_but_a_subdirectory(workflow_copy, tmp_path):
+    inside = workflow_copy / "workflow"
+    done = subprocess.run([str(VENV_BIN / "snakemake"), "-n", "-c1", "-s", "../Snakefile"], cwd=inside,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert error_lines(done.stderr) == [f"lengthgen: error: {inside.resolve()}: inside the checkout but not its root; "
+                                        f"run from {workflow_copy.resolve()} (or pass --directory "
+                                        f"{workflow_copy.resolve()})"]
+    assert not (inside / "results").exists() and not (inside / "resources").exists()
+    elsewhere = tmp_path / "scratch"
+    elsewhere.mkdir()
+    done = subprocess.run([str(VENV_BIN / "snakemake"), "-n", "-c1", "-s", str(workflow_copy / "Snakefile"),
+                           "--configfile", str(workflow_copy / "config/smoke.yaml")], cwd=elsewhere,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # the smoke grid's own settings over the checkout's config.yaml: config.yaml was read
+    assert "results-smoke/runs/smoke_k1/nope/seed0/model.pt" in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make on PATH")
+def test_make_run_with_a_missing_config_names_it(repo):
+    done = subprocess.run(["make", "-o", ".venv/.installed", "run", "CONFIG=config/nope.yaml"], cwd=repo,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert error_lines(done.stderr) == ["lengthgen: error: config/nope.yaml: file not found"]
