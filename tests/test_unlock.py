@@ -127,3 +127,27 @@ def test_a_job_the_killed_run_left_running_stops_the_next_run(tmp_path):
     assert blocked.stderr == (f"lengthgen: a job of a killed run (pid {job.pid}) is still running in {workdir}; "
                               "wait for it to end, or stop it first\n")
     assert (workdir / ".snakemake/locks/0.output.lock").exists()
+
+
+def test_an_interrupted_run_ends_in_one_line_with_the_child_status(tmp_path):
+    """SIGTERM to the wrapper reaches the command it runs; the last line says a rerun resumes."""
+    sleeper = [PYTHON, "-c", "import time; print('started', flush=True); time.sleep(60)"]
+    proc = subprocess.Popen([PYTHON, "-m", "lengthgen.unlock", *sleeper], cwd=tmp_path, env=venv_env(
+        PYTHONPATH=str(REPO / "src")), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "started\n"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert err.strip().splitlines() == ["lengthgen: run interrupted (SIGTERM); rerun the same command to resume: "
+                                        "finished jobs are kept and training resumes from its last checkpoint"]
+
+
+def test_a_stage_stopped_by_ctrl_c_says_so_in_one_line(monkeypatch, capsys):
+    from lengthgen import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_diff", interrupted)
+    assert cli.main(["diff", "--rev", "HEAD"]) == 128 + signal.SIGINT
+    assert capsys.readouterr().err == "lengthgen: interrupted (SIGINT); rerunning the workflow resumes this job\n"

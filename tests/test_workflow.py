@@ -3,10 +3,13 @@ nothing to redo after a run; a task parameter reruns only that task; a model edi
 training and what follows but not data; a figure edit reruns only the figure."""
 
 import ast
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 
 import pandas as pd
 import pytest
@@ -239,6 +242,33 @@ def test_two_clean_runs_give_byte_identical_tables_and_figures(smoke_run, tmp_pa
         for name in names:
             assert (first / name).read_bytes() == (second / name).read_bytes(), f"{folder}/{name}"
     shutil.rmtree(tmp_path / SMOKE_RESULTS)
+
+
+def test_ctrl_c_ends_in_one_line_and_a_rerun_gives_a_clean_run_s_tables(smoke_run, tmp_path):
+    """Ctrl-C (SIGINT to every process of the run, as a terminal sends it) once training has
+    started: no traceback, the last line says a rerun resumes, and the rerun's tables are those
+    of an uninterrupted run."""
+    copy_workflow(tmp_path)
+    command = [str(VENV_BIN / "python"), "-m", "lengthgen.unlock", str(VENV_BIN / "snakemake"), "-c1", *SMOKE]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=venv_env(PYTHONPATH=str(tmp_path / "src")),
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not list((tmp_path / SMOKE_RESULTS / "checkpoints").glob("**/*.pt")):
+            assert proc.poll() is None and time.monotonic() < deadline, "no training checkpoint appeared"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
+    assert out.strip().splitlines()[-1].startswith("lengthgen: run interrupted (SIGINT); rerun the same command")
+    done = run_snakemake(tmp_path, "-c1", *SMOKE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in sorted(p.name for p in (smoke_run / SMOKE_RESULTS / "tables").iterdir()):
+        first, again = smoke_run / SMOKE_RESULTS / "tables" / name, tmp_path / SMOKE_RESULTS / "tables" / name
+        assert first.read_bytes() == again.read_bytes(), name
 
 
 def test_report_holds_every_figure_and_table_with_captions(smoke_run):

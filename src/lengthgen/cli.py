@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 from lengthgen.errors import UserError
@@ -453,3 +454,7 @@ def main(argv=None) -> int:
     except FileNotFoundError as err:  # an input path given on the command line
         print(f"lengthgen: error: {err.filename}: file not found", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line in the job's log, not a traceback
+        from lengthgen.warm import interrupted
+
+        return interrupted(signal.SIGINT)

@@ -1,4 +1,5 @@
-"""Run Snakemake, first removing the lock a killed run left behind.
+"""Run Snakemake, first removing the lock a killed run left behind, and say in one line when
+the run was interrupted.
 
 `python -m lengthgen.unlock snakemake --cores all ...` (what `make run` calls). Snakemake locks
 its working directory while it runs and removes the lock when it ends; a run killed with SIGKILL
@@ -8,11 +9,16 @@ with `snakemake --unlock` (same arguments) and the run goes on. When one is aliv
 same configuration (the same --configfile files), stop in one line naming it; a run of another
 configuration writes another results directory, so this one goes on beside it (Snakemake's own
 locks still refuse any output the two share).
+
+Snakemake runs as a child, its output and exit status passed through. When Ctrl-C (SIGINT, which
+the terminal sends to every process of the run) or SIGTERM (passed on to Snakemake) stops the run,
+the last line says so and that rerunning resumes it.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -105,7 +111,32 @@ def main(argv: list[str]) -> int:
     code = clear_stale_lock(argv, Path.cwd())
     if code:
         return code
-    os.execvp(argv[0], argv)  # Snakemake itself from here on: its output, signals and exit status
+    return run(argv)
+
+
+def run(argv: list[str]) -> int:
+    """Snakemake's exit status; after an interrupt, one line that says a rerun resumes."""
+    child, got = None, []
+
+    def on_signal(signum, frame):
+        got.append(signum)
+        if signum != signal.SIGINT and child is not None:  # Ctrl-C reached Snakemake already
+            child.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        child = subprocess.Popen(argv)
+        code = child.wait()
+    except FileNotFoundError:
+        print(f"lengthgen: error: {argv[0]}: command not found (is the virtual environment on PATH?)", file=sys.stderr)
+        return 127
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if got:
+        print(f"lengthgen: run interrupted ({signal.Signals(got[0]).name}); rerun the same command to resume: "
+              "finished jobs are kept and training resumes from its last checkpoint", file=sys.stderr)
+    return 128 - code if code < 0 else code  # killed by a signal: the shell's status for it
 
 
 if __name__ == "__main__":

@@ -84,11 +84,35 @@ def forward(argv: list[str]) -> int | None:
         conn.close()
         return None
     # A signal that ends this process ends the worker too: it watches this end of the socket.
-    status = _reply(replies)
+    # Ctrl-C or Snakemake's SIGTERM ends the wait in one line, not a traceback in the job's log.
+    handlers = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        status = _reply(replies)
+    except _Interrupted as sig:
+        conn.close()
+        return interrupted(sig.args[0])
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     if "exit" not in status:
         print("lengthgen: error: the warm-start worker ended without an exit status (killed?)", file=sys.stderr)
         return 1
     return status["exit"]
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _interrupt(signum, frame) -> None:
+    raise _Interrupted(signum)
+
+
+def interrupted(signum: int) -> int:
+    """Say in one line that the job was stopped and a rerun resumes it; its exit status."""
+    print(f"lengthgen: interrupted ({signal.Signals(signum).name}); rerunning the workflow resumes this job",
+          file=sys.stderr, flush=True)
+    return 128 + signum
 
 
 def _reply(replies) -> dict:
