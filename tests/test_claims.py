@@ -405,13 +405,27 @@ def test_sparse_parity_figure_leaves_out_the_models_the_scorecard_leaves_out(tmp
     assert "left out (accuracy < 0.95 at n = 10): t_k2/rope/seed1" in drawn["title"]
 
 
+CLAIMS_CFG = {"sparsity": SPARSITY, "stats": ST}
+
+
 def test_power_is_high_for_a_clear_trend_and_nil_for_none():
     from lengthgen import power
 
-    clear = pd.DataFrame({"scheme": "rope", "k": [1, 1, 2, 2, 3, 3], "accuracy": [1.0, 0.98, 0.8, 0.82, 0.6, 0.62]})
+    clear = pd.DataFrame({"scheme": "rope", "task": "t", "seed": [0, 1, 2, 3, 4, 5], "k": [1, 1, 2, 2, 3, 3],
+                          "accuracy": [1.0, 0.98, 0.8, 0.82, 0.6, 0.62]})
     flat = clear.assign(accuracy=[0.7, 0.9, 0.9, 0.7, 0.8, 0.8])
-    assert power.power(clear, 4, {"alpha": 0.01, "seed": 0}, n_sim=50, n_perm=500) == 1.0
-    assert power.power(flat, 4, {"alpha": 0.01, "seed": 0}, n_sim=50, n_perm=500) < 0.1
+    assert power.power(clear, 4, CLAIMS_CFG, n_sim=30, n_perm=500) == 1.0
+    assert power.power(flat, 4, CLAIMS_CFG, n_sim=30, n_perm=500) < 0.1
+
+
+def test_power_of_mixture_models_draws_whole_models():
+    from lengthgen import power
+
+    points = mixture_sweep({1: 0.8, 2: 0.7, 3: 0.6, 4: 0.5})
+    points = points[points["length"] > 10].groupby(["scheme", "task", "seed", "k"], as_index=False)["accuracy"].mean()
+    sim = power.simulated(points, 5, np.random.default_rng(0))
+    assert all(sorted(g) == [1, 2, 3, 4] for _, g in sim.groupby("seed")["k"]) and sim["seed"].nunique() == 5
+    assert power.power(points, 6, CLAIMS_CFG, n_sim=20, n_perm=500) >= 0.9
 
 
 def test_power_draws_from_the_points_the_scorecard_tests():
@@ -423,11 +437,11 @@ def test_power_draws_from_the_points_the_scorecard_tests():
 
     counts = []
     for run in ("results", "results-replicate"):
-        points, st = power.observed_points([REPO / run])
+        points, cfg = power.observed_points([REPO / run])
         scorecard = pd.read_csv(REPO / run / "tables/claims.csv")
-        trend = scorecard[scorecard["check"].str.contains("Spearman\\(k, mean accuracy")]
+        trend = scorecard[scorecard["check"].str.contains("falls with k") & (scorecard["result"] != "descriptive")]
         n = {row.check.split(":")[0]: row.n for row in trend.itertuples()}
-        assert points.groupby("scheme").size().to_dict() == n and st["alpha"] == 0.01
+        assert points.groupby("scheme").size().to_dict() == n and cfg["stats"]["alpha"] == 0.01
         counts.append(len(points))
     both, _ = power.observed_points([REPO / "results", REPO / "results-replicate"])
     assert len(both) == sum(counts)

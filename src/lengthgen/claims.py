@@ -117,14 +117,14 @@ def k_draws(points: pd.DataFrame, ks: list[int], st: dict) -> pd.DataFrame | Non
     are resampled whole (their k stay paired); one model per k, each k's models apart."""
     if points.empty or not set(ks) <= set(points["k"]):
         return None
-    if _paired(points):
+    if paired(points):
         table = points.pivot_table(index=["task", "seed"], columns="k", values="accuracy").dropna()
         return stats.paired_mean_draws(table[ks], st["n_boot"], st["seed"])
     groups = {k: points.loc[points["k"] == k, "accuracy"] for k in ks}
     return pd.DataFrame(stats.group_mean_ci(groups, st["n_boot"], st["seed"]))
 
 
-def _paired(points: pd.DataFrame) -> bool:
+def paired(points: pd.DataFrame) -> bool:
     """Whether each model carries several k (trained on a mixture), so its points pair by model."""
     return bool((points.groupby(["task", "seed"])["k"].nunique() > 1).all())
 
@@ -182,7 +182,7 @@ def trend_test(points: pd.DataFrame, ks: list[int], draws: pd.DataFrame, cfg: di
     else:
         result = INCONCLUSIVE
     return {"rho": rho, "p": p_less, "effect": float(means[ks[0]] - means[ks[-1]]), "ci": ci, "means": means,
-            "result": result, "paired": _paired(points)}
+            "result": result, "paired": paired(points)}
 
 
 def _adjacent_rows(scheme: str, points: pd.DataFrame, ks: list[int], draws, cfg: dict, st: dict) -> list[dict]:

@@ -235,9 +235,9 @@ def cmd_check_config(a) -> None:
 def cmd_power(a) -> None:
     from lengthgen import power
 
-    points, st = power.observed_points(a.results)
-    table = power.table(points, a.models_per_k, {"alpha": st["alpha"], "seed": 0}, n_sim=a.simulations)
-    print(table.pivot(index="models_per_k", columns="scheme", values="power").to_markdown())
+    points, cfg = power.observed_points(a.results)
+    table = power.table(points, a.models, cfg, n_sim=a.simulations)
+    print(table.pivot(index="models", columns="scheme", values="power").to_markdown())
 
 
 def parser() -> argparse.ArgumentParser:
@@ -436,10 +436,10 @@ def _tools(sub) -> None:
     s.add_argument("files", nargs="+")
     s.set_defaults(func=cmd_check_config)
 
-    s = sub.add_parser("power", help="power of the claim-1 test at m fitted models per k, from a sweep")
+    s = sub.add_parser("power", help="power of the claim-1 rule at m fitted models (per k, for one model per k)")
     s.add_argument("--results", nargs="+", default=["results"],
                    help="result directories whose sweeps are pooled; the first's config.yaml sets the test")
-    s.add_argument("--models-per-k", type=int, nargs="+", default=[3, 4, 5, 6, 8, 10, 12, 16])
+    s.add_argument("--models", type=int, nargs="+", default=[4, 6, 8, 12, 16])
     s.add_argument("--simulations", type=int, default=500)
     s.set_defaults(func=cmd_power)
 
