@@ -78,22 +78,31 @@ def scorecard(claims_csv) -> str:
     rows = df.to_dict("records")
     verdicts = "".join(f"<li><b>{html.escape(claims.heading(c))}</b>: {html.escape(claims.verdict(rows, c))}</li>"
                        for c in sorted(df["claim"].unique()))
-    counts = df["result"].value_counts()  # PASS, FAIL, INCONCLUSIVE always; N/A, descriptive where present
-    tally = "".join(f'<span class="{result_class(r)}">{counts.get(r, 0)} {r}</span>' for r in RESULTS
-                    if r in counts or r in RESULTS[:3])
+    paper = df["claim"].isin(claims.EXPERIMENTS)  # the README's verdict table counts these rows only
+    tally = (_tally("the paper's claims", df.loc[paper, "result"].value_counts())
+             + (_tally("beyond the paper", df.loc[~paper, "result"].value_counts()) if (~paper).any() else ""))
     tests = "ci_low" in df.columns  # a scorecard of statistical tests: interval, p and units
-    header = ["claim", "check", "value", *(["95% CI", "p", "n"] if tests else []), "threshold", "result", "detail"]
+    by_exp = "experiment" in df.columns
+    header = ["claim", *(["experiment"] if by_exp else []), "check", "value", *(["95% CI", "p", "n"] if tests else []),
+              "threshold", "result", "detail"]
 
     def cells(r: dict) -> list[tuple[str, str]]:
-        out = [(r["claim"], ""), (r["check"], ""), (r["value"], "num")]
+        out = [(r["claim"], ""), *([(r["experiment"], "")] if by_exp else []), (r["check"], ""), (r["value"], "num")]
         if tests:
             ci = f"[{r['ci_low']}, {r['ci_high']}]" if r["ci_low"] else ""
             out += [(ci, "num"), (r["p"], "num"), (r["n"], "num")]
         return out + [(r["threshold"], ""), (r["result"], f"result {result_class(r['result'])}"), (r["detail"], "")]
 
-    body = (f'<h2>Claims scorecard</h2>\n<ul class="verdicts">{verdicts}</ul>\n<p class="tally">{tally}</p>\n'
+    body = (f'<h2>Claims scorecard</h2>\n<ul class="verdicts">{verdicts}</ul>\n{tally}'
             + _table(header, [cells(r) for r in rows], css="scorecard"))
     return _page("Claims scorecard", body)
+
+
+def _tally(label: str, counts) -> str:
+    """One line of counts per result (PASS, FAIL, INCONCLUSIVE always; N/A, descriptive where present)."""
+    spans = "".join(f'<span class="{result_class(r)}">{counts.get(r, 0)} {r}</span>' for r in RESULTS
+                    if r in counts or r in RESULTS[:3])
+    return f'<p class="tally">{html.escape(label)}: {spans}</p>\n'
 
 
 _CELL = re.compile(r"^(\d+(?:\.\d+)?) ± ")
