@@ -93,7 +93,7 @@ def _rows(tmp_path, accuracy, n_models=8, min_models=5):
     attn = attention_report.per_model(attention_report.collect(paths))
     sweep = _sweep({("parity_k1", "rope", s): accuracy(s) for s in range(n_models)})
     experiments = {"E1 sparse parity": {"tasks": {"parity_k1": 12}, "fit_min": 0.95}}
-    return claims.attention_checks(attn, sweep, experiments, {"min_models": min_models}, STATS)
+    return claims.attention_checks(attn, sweep, experiments, {"min_models": min_models, "min_spread": 0.05}, STATS)
 
 
 def test_attribution_that_tracks_accuracy_passes_and_the_attention_row_is_descriptive(tmp_path):
@@ -109,6 +109,12 @@ def test_attribution_unrelated_to_accuracy_fails_with_its_numbers(tmp_path):
     acc = dict(enumerate(rng.permutation(8) / 10 + 0.1))
     rows = _rows(tmp_path, lambda s: acc[s])
     assert rows[0]["result"] == "FAIL" and rows[0]["p"] > 0.01 and not np.isnan(rows[0]["value"])
+
+
+def test_exact_match_without_spread_cannot_tell(tmp_path):
+    """0.994-1.000 across the models: no ordering to correlate with, whatever the attribution."""
+    rows = _rows(tmp_path, lambda s: 0.994 + 0.00075 * s)
+    assert rows[0]["result"] == "INCONCLUSIVE" and rows[0]["detail"].startswith("exact match spans less than 0.05")
 
 
 def test_too_few_fitted_models_cannot_tell(tmp_path):

@@ -208,6 +208,7 @@ def test_per_length_rows_are_descriptive_not_verdicts():
 COUPLING = {"length_ratio": 2, "coupled_min": 0.9, "index_max": 0.1, "fit_min": 0.95, "margin": 0.3,
             "match_tolerance": 0.05}
 OPTS = {"rope": {"positions": "index", "position_head": "none"},
+        "pose": {"positions": "index", "position_head": "none"},
         "pointer": {"positions": "index", "position_head": "pointer"},
         "pc": {"positions": "coupled", "position_head": "pointer", "feed_ids": "oracle"},
         "ppc": {"positions": "coupled", "position_head": "pointer"}}
@@ -236,15 +237,27 @@ def test_scratchpad_unfit_index_baseline_is_inconclusive_never_pass():
     df = coupling_sweep("e2", {("pc", 10): [1, 1, 1], ("pc", 20): [1, 1, 1],
                                ("rope", 10): [0.0, 0.05, 0.2], ("rope", 20): [0, 0, 0]})
     rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc", "rope"])}, COUPLING, ST)
-    assert verdicts(rows) == {"pc (pc) exact match": "PASS", "rope (index) exact match": "INCONCLUSIVE"}
-    assert "unfit at 1x: rope 0.05 (min 0.00)" in rows[-1]["detail"]
+    assert verdicts(rows) == {"pc (pc) exact match, fitted seeds": "PASS",
+                              "rope (index) exact match, fitted seeds": "INCONCLUSIVE"}
+    assert rows[-1]["detail"] == "no seed fits at 1x; left out, unfit at 1x: seed0 0.00, seed1 0.05, seed2 0.20"
+
+
+def test_scratchpad_compares_fitted_seeds_only_seed_by_seed():
+    """pose fits in two seeds of three (median fits): the unfit seed is left out, by name."""
+    df = coupling_sweep("e2", {("pc", 10): [1, 1, 1], ("pc", 20): [1, 1, 1],
+                               ("pose", 10): [1.0, 0.92, 1.0], ("pose", 20): [0.0, 0.6, 0.0]})
+    rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc", "pose"])}, COUPLING, ST)
+    row = rows[-1]
+    assert row["result"] == "PASS" and row["n"] == 2 and row["value"] == 0.0
+    assert row["detail"] == "per fitted seed 0.000, 0.000; left out, unfit at 1x: seed1 0.92"
 
 
 def test_scratchpad_fitted_index_baseline_that_fails_at_2x_passes():
     df = coupling_sweep("e2", {("ppc", 10): [1, 1, 1], ("ppc", 20): [1.0, 0.98, 0.99],
                                ("rope", 10): [1, 0.99, 1], ("rope", 20): [0, 0.01, 0]})
     rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["ppc", "rope"])}, COUPLING, ST)
-    assert verdicts(rows) == {"ppc (ppc) exact match": "PASS", "rope (index) exact match": "PASS"}
+    assert verdicts(rows) == {"ppc (ppc) exact match, fitted seeds": "PASS",
+                              "rope (index) exact match, fitted seeds": "PASS"}
     assert rows[0]["result"] == "descriptive" and rows[0]["value"] == 1.0
 
 
@@ -252,7 +265,8 @@ def test_scratchpad_straddling_interval_is_inconclusive_and_a_clear_miss_fails()
     df = coupling_sweep("e2", {("pc", 10): [1, 1, 1], ("pc", 20): [0.95, 0.85, 0.9],
                                ("ppc", 10): [1, 1, 1], ("ppc", 20): [0.5, 0.4, 0.45]})
     rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc", "ppc"])}, COUPLING, ST)
-    assert verdicts(rows) == {"pc (pc) exact match": "INCONCLUSIVE", "ppc (ppc) exact match": "FAIL"}
+    assert verdicts(rows) == {"pc (pc) exact match, fitted seeds": "INCONCLUSIVE",
+                              "ppc (ppc) exact match, fitted seeds": "FAIL"}
 
 
 E3 = {("ppc", 10): [1, 1, 0.99], ("ppc", 20): [0.95, 0.9, 0.97], ("pc", 10): [1, 1, 1], ("pc", 20): [0.96, 0.92, 0.97]}

@@ -239,10 +239,15 @@ class _Scheme:
         self.fit = float(self.fit_by_seed.median()) if len(self.fit_by_seed) else math.nan
         self.fits = self.fit >= fit_min
 
-    def draws(self, st: dict) -> np.ndarray:
-        """Resampled means. Every scheme of a task draws the same seed indices (one generator
-        seed), so differences between schemes are paired by model seed."""
-        return stats.seed_binomial_means(self.acc.values, self.examples.values, st["n_boot"], st["seed"])
+    def fit_seeds(self, fit_min: float) -> list:
+        """The seeds whose model fits at 1x: only they are compared (an unfit model says nothing)."""
+        return [seed for seed, acc in self.fit_by_seed.items() if acc >= fit_min and seed in self.acc.index]
+
+    def draws(self, st: dict, seeds=None) -> np.ndarray:
+        """Resampled means over `seeds` (all by default). Every scheme of a task draws the same
+        seed indices (one generator seed), so differences over the same seeds are paired."""
+        seeds = list(self.acc.index) if seeds is None else seeds
+        return stats.seed_binomial_means(self.acc[seeds].values, self.examples[seeds].values, st["n_boot"], st["seed"])
 
     def fit_note(self) -> str:
         lo = float(self.fit_by_seed.min()) if len(self.fit_by_seed) else math.nan
@@ -291,16 +296,21 @@ def _fit_summary(label: str, n_max: int, schemes: dict, cfg: dict) -> dict:
 
 
 def _parity_row(where: str, s: _Scheme, role: str, cfg: dict, st: dict) -> dict:
+    """One scheme's exact match over its fitted seeds only, judged on its interval."""
     coupled = role != "index"
     direction, threshold = (">=", cfg["coupled_min"]) if coupled else ("<=", cfg["index_max"])
-    check = f"{where}: {s.name} ({role}) exact match"
-    value, ci = float(s.acc.mean()), stats.percentile_ci(s.draws(st), st["level"])
-    seeds = ", ".join(f"{v:.3f}" for v in s.acc.values)
-    if not s.fits:
-        return _row("2 coupling", check, value, f"{direction} {threshold}", INCONCLUSIVE,
-                    f"unfit at 1x: {s.fit_note()}; per seed {seeds}", ci, n=len(s.acc))
+    check = f"{where}: {s.name} ({role}) exact match, fitted seeds"
+    seeds = s.fit_seeds(cfg["fit_min"])
+    unfit = [f"seed{seed} {s.fit_by_seed[seed]:.2f}" for seed in s.fit_by_seed.index if seed not in seeds]
+    left_out = f"; left out, unfit at 1x: {', '.join(unfit)}" if unfit else ""
+    if not seeds:
+        return _row("2 coupling", check, math.nan, f"{direction} {threshold}", INCONCLUSIVE,
+                    f"no seed fits at 1x{left_out}", n=0)
+    value, ci = float(s.acc[seeds].mean()), stats.percentile_ci(s.draws(st, seeds), st["level"])
+    per_seed = ", ".join(f"{s.acc[seed]:.3f}" for seed in seeds)
     return _row("2 coupling", check, value, f"{direction} {threshold} (interval)",
-                stats.interval_verdict(*ci, threshold, direction), f"per seed {seeds}", ci, n=len(s.acc))
+                stats.interval_verdict(*ci, threshold, direction), f"per fitted seed {per_seed}{left_out}", ci,
+                n=len(seeds))
 
 
 def _assignment_rows(where: str, schemes: dict, roles: dict, cfg: dict, st: dict) -> list[dict]:
@@ -439,9 +449,11 @@ def _association_row(check, fit: pd.DataFrame, measure: str, threshold, cfg, st,
     rho, p = stats.permutation_spearman(fit[measure], fit["accuracy"], "greater", st["n_perm"], st["seed"])
     detail = (f"{measure} {fit[measure].min():.3f}-{fit[measure].max():.3f}, exact match "
               f"{fit['accuracy'].min():.3f}-{fit['accuracy'].max():.3f}{note}")
-    if math.isnan(rho):
+    if math.isnan(rho) or fit["accuracy"].max() - fit["accuracy"].min() < cfg["min_spread"]:
+        # exact match from 0.994 to 1.000 has no spread for a rank correlation to find
         result = INCONCLUSIVE if verdict else DESCRIPTIVE
-        return _row(ANALYSIS, check, rho, threshold, result, "a side is constant: " + detail, n=len(fit))
+        why = "a side is constant" if math.isnan(rho) else f"exact match spans less than {cfg['min_spread']:g}"
+        return _row(ANALYSIS, check, rho, threshold, result, f"{why}: {detail}", n=len(fit))
     result = (PASS if rho > 0 and p <= st["alpha"] else FAIL) if verdict else DESCRIPTIVE
     return _row(ANALYSIS, check, rho, threshold if verdict else "-", result, detail, p=p, n=len(fit))
 
