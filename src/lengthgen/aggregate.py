@@ -6,15 +6,17 @@ nothing machine-specific in them; provenance goes to its own JSON file.
 
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from lengthgen import identity
 from lengthgen.errors import UserError
-from lengthgen.fileio import atomic_path, canonical_json, write_text
+from lengthgen.fileio import atomic_path, canonical_json, read_intermediate, remove_stale, write_text
 
 KEYS = ["task", "scheme", "seed", "length", "k", "depth"]  # those a table has, in this order
 AXES = ["k", "depth"]  # second axes of a test set, beside length
@@ -102,7 +104,7 @@ def check_recorded_cell(path, df: pd.DataFrame, token: str | None, what: str) ->
 def collect(sweep_paths, expected=None) -> pd.DataFrame:
     """All sweeps in one long table; a task without k (or depth) leaves that column empty.
     `expected`: the identity token of the cell each sweep is for (lengthgen.identity)."""
-    frames = [pd.read_parquet(p) for p in sweep_paths]
+    frames = [read_intermediate(p, pd.read_parquet, "sweep") for p in sweep_paths]
     check_cells(sweep_paths, frames, expected)
     df = pd.concat(frames, ignore_index=True)
     for axis in AXES:
@@ -150,17 +152,21 @@ def _cell(row) -> str:
     return f"{row['mean']:.3f} ± {row['std']:.3f} [{row['test_se']:.3f}]"
 
 
-def aggregate(sweep_paths, csv_out, md_out, expected=None) -> pd.DataFrame:
+def aggregate(sweep_paths, csv_out, md_out, expected=None, stale=()) -> pd.DataFrame:
+    """`stale`: files made from the tables (the scorecard), removed first (fileio.remove_stale)."""
+    remove_stale(stale)
     df = collect(sweep_paths, expected)
     write_csv(df, csv_out)
     write_text(md_out, summary_markdown(summarize(df)))
     return df
 
 
+def _read_json(path):
+    return json.loads(Path(path).read_text())
+
+
 def provenance(out, meta_paths=()) -> None:
     """Git commit, library versions and devices: kept out of the tables on purpose."""
-    import json
-
     import torch
 
     try:
@@ -168,7 +174,7 @@ def provenance(out, meta_paths=()) -> None:
         dirty = bool(subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True).stdout)
     except (OSError, subprocess.CalledProcessError):
         commit, dirty = "unknown", None
-    devices = sorted({json.loads(open(p).read())["device"] for p in meta_paths})
+    devices = sorted({read_intermediate(p, _read_json, "meta.json record")["device"] for p in meta_paths})
     info = {
         "git_commit": commit,
         "src_modified": dirty,

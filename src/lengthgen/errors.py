@@ -7,3 +7,8 @@ class UserError(Exception):
 
 class TrainingDiverged(UserError):
     """The loss became NaN or infinite."""
+
+
+class CorruptIntermediate(UserError):
+    """A file the workflow wrote, and can write again, fails to read (see fileio.read_intermediate)."""
+

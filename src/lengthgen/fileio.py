@@ -1,11 +1,20 @@
-"""Small helpers shared by every stage: canonical JSON and all-or-nothing writes."""
+"""Small helpers shared by every stage: canonical JSON, all-or-nothing writes, and reads of
+the files the workflow wrote that remove a corrupt one so that a rerun rebuilds it."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 from pathlib import Path
+
+from lengthgen.errors import CorruptIntermediate, UserError
+
+# The run's results directory, absolute; set by the workflow (workflow/rules/common.smk) for its
+# jobs. Only a file under it is one the workflow wrote and can write again, so only such a file
+# is removed when it fails to read; run by hand, a stage removes nothing.
+RESULTS_ENV = "LENGTHGEN_RESULTS"
 
 
 def canonical_json(obj) -> str:
@@ -28,6 +37,14 @@ def atomic_path(path):
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def remove_stale(paths) -> None:
+    """Remove the files made from a table that is about to be rebuilt, before its inputs are
+    read: if the rebuild fails, Snakemake removes the table, and what was made from the old one
+    must go with it (workflow/rules/common.smk, made_from_tables)."""
+    for path in paths:
+        Path(path).unlink(missing_ok=True)
 
 
 def save_png(fig, path, dpi: int, tight: bool = True) -> None:
@@ -60,3 +77,49 @@ def write_parquet(path, columns: dict, metadata: dict[bytes, bytes] | None = Non
         if metadata:
             table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
         pq.write_table(table, tmp)
+
+
+def read_intermediate(path, reader, what: str):
+    """`reader(path)` for a file the workflow wrote and can write again (a dataset, a checkpoint,
+    a sweep, meta.json). One that fails to read (torn by a full disk, a killed copy, a bad
+    sector) raises CorruptIntermediate naming it, and is removed if it lies under the run's
+    results directory (RESULTS_ENV): Snakemake then sees a missing input, and rerunning the
+    same command rebuilds it instead of failing on it again.
+
+    Not corruption, so passed on: the operating system's errors (a missing file, no permission,
+    an I/O error) and the reader's own UserErrors (a file of another cell or format)."""
+    try:
+        return reader(path)
+    except (UserError, MemoryError):
+        raise
+    except OSError as err:
+        if err.errno in _SYSTEM_ERRNOS or err.filename is not None:
+            raise
+        reason = err  # a parser's OSError: pyarrow's on bad pages, torch's EINVAL on a torn archive
+    except Exception as err:  # what a parser raises on bytes it cannot parse is its own choice
+        reason = err
+    raise corrupt(path, f"not a readable {what} ({type(reason).__name__}: {_first_sentence(reason)})") from None
+
+
+# errno values of the file system's state, not of the file's bytes: the file may be whole
+_SYSTEM_ERRNOS = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EIO, errno.ESTALE,
+                  errno.EMFILE, errno.ENFILE, errno.ENOMEM}
+
+
+def corrupt(path, problem: str) -> CorruptIntermediate:
+    """The error for the unreadable intermediate `path`, removed first where read_intermediate
+    removes one."""
+    root = os.environ.get(RESULTS_ENV)
+    target = Path(path).resolve()
+    if root and target.is_relative_to(Path(root).resolve()) and target.is_file():
+        with contextlib.suppress(FileNotFoundError):
+            target.unlink()
+        return CorruptIntermediate(f"{path}: {problem}; removed it: rerun the workflow to rebuild it")
+    return CorruptIntermediate(f"{path}: {problem}; delete it and rerun the workflow to rebuild it")
+
+
+def _first_sentence(err: Exception) -> str:
+    """The start of a parser's message, which may run to paragraphs of advice."""
+    text = (str(err).strip().splitlines() or [""])[0]
+    head, sep, _ = text.partition(". ")
+    return head.rstrip(".") if sep or len(text) <= 160 else text[:160] + "..."

@@ -1,0 +1,148 @@
+"""Files that fail to read or write. An intermediate the workflow wrote (a dataset, a checkpoint,
+a sweep, meta.json) that is torn or corrupt ends the stage that reads it in one line naming it,
+and is removed when it lies under the run's results directory, so that rerunning the same
+command rebuilds it; a user's own file is never removed. (The workflow end to end: the truncated
+sweep in tests/test_identity.py.)"""
+
+from __future__ import annotations
+
+import errno
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import run_lengthgen
+from test_bad_input import assert_one_line_error, temp_files
+
+from lengthgen import fileio
+from lengthgen.errors import CorruptIntermediate
+
+EVAL = json.dumps({"device": "cpu", "threads": 1, "batch_size": 100})
+# The pages made from the tables, which a rebuild of a table removes first (--stale).
+STALE = ("claims.csv", "claims.md", "claims.html", "summary.html")
+
+
+@pytest.fixture
+def results(tmp_path):
+    """A results directory, and the variable the workflow gives its jobs to name it."""
+    root = tmp_path / "results"
+    root.mkdir()
+    return root, {fileio.RESULTS_ENV: str(root)}
+
+
+def _torn(path, data: bytes):
+    """`data` cut to half its bytes at `path`, as a full disk or a killed copy leaves a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def _parquet_bytes(tmp_path) -> bytes:
+    fileio.write_parquet(tmp_path / "whole.parquet", {"task": ["t"] * 50, "accuracy": np.linspace(0, 1, 50)})
+    return (tmp_path / "whole.parquet").read_bytes()
+
+
+# -- the helper ----------------------------------------------------------------------------------
+
+
+def test_a_corrupt_intermediate_is_removed_only_under_the_results(tmp_path, results, monkeypatch):
+    root, env = results
+    monkeypatch.setenv(fileio.RESULTS_ENV, env[fileio.RESULTS_ENV])
+    data = _parquet_bytes(tmp_path)
+    import pyarrow.parquet as pq
+
+    inside, outside = _torn(root / "runs/a/sweep.parquet", data), _torn(tmp_path / "mine/sweep.parquet", data)
+    with pytest.raises(CorruptIntermediate) as err:
+        fileio.read_intermediate(inside, pq.read_table, "sweep")
+    assert str(err.value).startswith(f"{inside}: not a readable sweep (ArrowInvalid: ")
+    assert str(err.value).endswith("; removed it: rerun the workflow to rebuild it") and "\n" not in str(err.value)
+    assert not inside.exists()
+    with pytest.raises(CorruptIntermediate, match="delete it and rerun the workflow to rebuild it$"):
+        fileio.read_intermediate(outside, pq.read_table, "sweep")
+    assert outside.exists()
+    monkeypatch.delenv(fileio.RESULTS_ENV)  # run by hand: nothing is removed
+    inside = _torn(inside, data)
+    with pytest.raises(CorruptIntermediate, match="delete it"):
+        fileio.read_intermediate(inside, pq.read_table, "sweep")
+    assert inside.exists()
+
+
+def test_the_file_systems_errors_are_not_corruption(tmp_path, results, monkeypatch):
+    """No permission, or a disk that fails to read: the file may be whole, so it stays."""
+    root, env = results
+    monkeypatch.setenv(fileio.RESULTS_ENV, env[fileio.RESULTS_ENV])
+    path = root / "meta.json"
+    path.write_text("{}")
+
+    def refused(p):
+        raise PermissionError(errno.EACCES, "Permission denied", str(p))
+
+    with pytest.raises(PermissionError):
+        fileio.read_intermediate(path, refused, "meta.json record")
+    assert path.exists()
+
+
+# -- the stages, as the workflow runs them ---------------------------------------------------------
+
+
+def test_aggregate_of_a_truncated_sweep_removes_it_and_the_scorecard(tmp_path, results):
+    root, env = results
+    sweep = _torn(root / "runs/t/rope/seed0/sweep.parquet", _parquet_bytes(tmp_path))
+    tables = root / "tables"
+    tables.mkdir()
+    for name in STALE:
+        (tables / name).write_text("of the old table\n")
+    proc = run_lengthgen("aggregate", "--sweeps", sweep, "--csv", tables / "length_sweep.csv", "--md",
+                         tables / "summary.md", "--stale", *(tables / n for n in STALE), cwd=tmp_path, env=env)
+    line = assert_one_line_error(proc, f"{sweep}: not a readable sweep (ArrowInvalid: ")
+    assert line.endswith("removed it: rerun the workflow to rebuild it")
+    assert not sweep.exists()
+    assert list(tables.iterdir()) == []  # neither the table nor what was made from the old one
+    assert not temp_files(tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "random_bytes"])
+def test_sweep_of_a_corrupt_model_removes_it(tmp_path, results, damage):
+    root, env = results
+    whole = tmp_path / "whole.pt"
+    torch.save({"model_args": {}, "state_dict": {"w": torch.zeros(64, 64)}}, whole)
+    data = whole.read_bytes() if damage == "truncated" else np.random.default_rng(0).bytes(4096) * 2
+    model = _torn(root / "runs/t/rope/seed0/model.pt", data)
+    out = root / "runs/t/rope/seed0/sweep.parquet"
+    proc = run_lengthgen("sweep", "--model", model, "--data", root / "data/t/test.parquet", "--eval", EVAL,
+                         "--out", out, cwd=tmp_path, env=env)
+    line = assert_one_line_error(proc, f"{model}: ")
+    assert line.endswith("removed it: rerun the workflow to rebuild it")
+    assert not model.exists() and not out.exists() and not temp_files(tmp_path)
+
+
+def test_train_on_a_truncated_dataset_removes_it(tmp_path, results, tiny_cell, tiny_dataset):
+    root, env = results
+    data = _torn(root / "data/tiny/train.parquet", tiny_dataset["train"].read_bytes())
+    out_dir = root / "runs/tiny/rope/seed0"
+    proc = run_lengthgen("train", "--cell", json.dumps(tiny_cell(task="tiny")), "--data", data, "--out-dir",
+                         out_dir, "--checkpoint", root / "checkpoints/last.pt", cwd=tmp_path, env=env)
+    assert_one_line_error(proc, f"{data}: not a readable Parquet dataset (")
+    assert not data.exists() and not (out_dir / "model.pt").exists() and not temp_files(tmp_path)
+
+
+def test_provenance_of_a_torn_meta_json_removes_it(tmp_path, results):
+    root, env = results
+    meta = _torn(root / "runs/t/rope/seed0/meta.json", json.dumps({"device": "cpu", "steps": 12}).encode())
+    out = root / "provenance.json"
+    proc = run_lengthgen("provenance", "--meta", meta, "--out", out, cwd=tmp_path, env=env)
+    assert_one_line_error(proc, f"{meta}: not a readable meta.json record (JSONDecodeError: ")
+    assert not meta.exists() and not out.exists()
+
+
+def test_a_users_corrupt_corpus_shard_is_never_removed(tmp_path, results):
+    """The corpus stage reads the user's files: a corrupt one is named, and left where it is, even
+    inside the results directory."""
+    root, env = results
+    shard = _torn(root / "shards/a.parquet", _parquet_bytes(tmp_path))
+    out = root / "language/corpus.parquet"
+    proc = run_lengthgen("corpus", "--config", json.dumps({"source": "files", "path": str(root / "shards/*.parquet")}),
+                         "--out", out, cwd=tmp_path, env=env)
+    assert_one_line_error(proc, "a.parquet: not a readable Parquet file")
+    assert shard.exists() and not out.exists()
