@@ -16,7 +16,7 @@ from conftest import run_lengthgen
 from test_bad_input import assert_one_line_error, temp_files
 
 from lengthgen import fileio
-from lengthgen.errors import CorruptIntermediate
+from lengthgen.errors import CorruptIntermediate, WriteFailed
 
 EVAL = json.dumps({"device": "cpu", "threads": 1, "batch_size": 100})
 # The pages made from the tables, which a rebuild of a table removes first (--stale).
@@ -146,3 +146,58 @@ def test_a_users_corrupt_corpus_shard_is_never_removed(tmp_path, results):
                          "--out", out, cwd=tmp_path, env=env)
     assert_one_line_error(proc, "a.parquet: not a readable Parquet file")
     assert shard.exists() and not out.exists()
+
+
+# -- writes the operating system refuses ---------------------------------------------------------
+
+
+def test_a_full_disk_names_the_output_and_the_free_bytes(tmp_path, monkeypatch):
+    """write() on a full disk names no file: the error names the output, not the temporary file,
+    and the temporary file, half-written, is removed."""
+    import pathlib
+    import re
+    import shutil
+
+    written = []
+
+    def full(self, text, *args, **kwargs):
+        written.append(self)
+        self.write_bytes(text.encode()[: len(text) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pathlib.Path, "write_text", full)
+    out = tmp_path / "tables" / "summary.md"
+    with pytest.raises(WriteFailed) as err:
+        fileio.write_text(out, "x" * 1000)
+    message = str(err.value)
+    assert message.startswith(f"{out}: cannot write: No space left on device (") and "\n" not in message
+    assert message.endswith("bytes free there); free some space and rerun")
+    free = int(re.search(r"\(([\d,]+) bytes free there\)", message).group(1).replace(",", ""))
+    assert abs(free - shutil.disk_usage(tmp_path).free) < 1 << 30  # this file system's, not a made-up number
+    assert written and written[0] != out and not written[0].exists()  # the temporary file, removed
+    assert not out.exists()
+
+
+def test_a_read_only_folder_ends_the_stage_in_one_line(tmp_path, monkeypatch, capsys):
+    import os
+
+    from lengthgen import cli
+
+    def read_only(src, dst):
+        raise OSError(errno.EROFS, "Read-only file system", str(src), str(dst))
+
+    monkeypatch.setattr(os, "replace", read_only)
+    out = tmp_path / "results" / "provenance.json"
+    assert cli.main(["provenance", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"lengthgen: error: {out}: cannot write: Read-only file system; make its folder writable and rerun\n"
+    assert not out.exists() and not temp_files(tmp_path)
+
+
+def test_an_inputs_error_inside_a_write_stays_the_inputs(tmp_path):
+    """A missing input read while the output is written is not a failed write of the output."""
+    out = tmp_path / "out.csv"
+    with pytest.raises(FileNotFoundError) as err, fileio.atomic_path(out):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(tmp_path / "input.csv"))
+    assert err.value.filename == str(tmp_path / "input.csv")
+    assert not out.exists() and not temp_files(tmp_path)

@@ -12,3 +12,6 @@ class TrainingDiverged(UserError):
 class CorruptIntermediate(UserError):
     """A file the workflow wrote, and can write again, fails to read (see fileio.read_intermediate)."""
 
+
+class WriteFailed(UserError):
+    """The operating system refused a write: a full disk, a read-only or forbidden folder."""

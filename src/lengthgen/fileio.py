@@ -7,9 +7,10 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 from pathlib import Path
 
-from lengthgen.errors import CorruptIntermediate, UserError
+from lengthgen.errors import CorruptIntermediate, UserError, WriteFailed
 
 # The run's results directory, absolute; set by the workflow (workflow/rules/common.smk) for its
 # jobs. Only a file under it is one the workflow wrote and can write again, so only such a file
@@ -26,17 +27,57 @@ def canonical_json(obj) -> str:
 def atomic_path(path):
     """Yield a temporary sibling of `path`; rename it onto `path` only on success.
 
-    A killed job therefore never leaves a half-written output behind.
+    A killed job therefore never leaves a half-written output behind. A write the operating
+    system refuses (a full disk, a read-only or forbidden folder) raises WriteFailed naming
+    `path` and the reason, with the temporary file removed.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         yield tmp
         os.replace(tmp, path)
+    except OSError as err:
+        if not _refused_write(err, path, tmp):
+            raise
+        raise WriteFailed(_write_failure(path, err)) from None
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        with contextlib.suppress(OSError):  # on a read-only file system there is none to remove
+            tmp.unlink(missing_ok=True)
+
+
+# errno values that say the file system would not take the bytes, whichever call met them
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.EIO}
+
+
+def _refused_write(err: OSError, path: Path, tmp: Path) -> bool:
+    """Whether `err`, raised inside atomic_path, is the write's own: an error naming the
+    output, its temporary file or a folder above them, or (write() names no file) one of
+    _WRITE_ERRNOS. A missing input read inside the block stays the input's error."""
+    if err.errno is None:
+        return False
+    names = [n for n in (err.filename, err.filename2) if n is not None]
+    if not names:
+        return err.errno in _WRITE_ERRNOS
+    ours = {tmp, path, *path.parents}
+    return any(Path(os.fsdecode(n)) in ours for n in names)
+
+
+def _write_failure(path: Path, err: OSError) -> str:
+    reason = err.strerror or os.strerror(err.errno)
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{path}: cannot write: {reason} ({_free_bytes(path)} bytes free there); free some space and rerun"
+    if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"{path}: cannot write: {reason}; make its folder writable and rerun"
+    return f"{path}: cannot write: {reason}; rerun once that is fixed"
+
+
+def _free_bytes(path: Path) -> str:
+    """Free bytes on the file system of `path` (of its nearest existing folder), as 1,234."""
+    for folder in (path, *path.parents):
+        with contextlib.suppress(OSError):
+            return f"{shutil.disk_usage(folder).free:,}"
+    return "unknown"
 
 
 def remove_stale(paths) -> None:
