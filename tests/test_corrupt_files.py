@@ -201,3 +201,60 @@ def test_an_inputs_error_inside_a_write_stays_the_inputs(tmp_path):
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(tmp_path / "input.csv"))
     assert err.value.filename == str(tmp_path / "input.csv")
     assert not out.exists() and not temp_files(tmp_path)
+
+
+# -- committed tables that are no CSV table: diff, replicate, verdict -----------------------------
+
+SCORECARD = "claim,check,value,result\n1 sparsity,rope: trend,-0.9,PASS\n2 coupling,ppc at n=20,0.1,FAIL\n"
+# (the damaged bytes, the words of the error line after the file's name)
+DAMAGE = {
+    "random_bytes": (SCORECARD.encode() + np.random.default_rng(0).bytes(256), "line 4: not UTF-8 text"),
+    # pandas reads extra fields on the first row as an index, on a later row as an error: both are named
+    "ragged_first_row": (SCORECARD.replace("-0.9,PASS", "-0.9,PASS,extra").encode(),
+                         "line 2: 5 fields where the header has 4"),
+    "ragged": (SCORECARD.replace("0.1,FAIL", "0.1,FAIL,extra").encode(), "line 3: 5 fields where the header has 4"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_diff_of_a_damaged_table_names_it_and_the_line(tmp_path, damage):
+    import subprocess
+
+    raw, words = DAMAGE[damage]
+    table = tmp_path / "results/tables/claims.csv"
+    table.parent.mkdir(parents=True)
+    table.write_text(SCORECARD)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "good"], cwd=tmp_path, check=True)
+    table.write_bytes(raw)
+    proc = run_lengthgen("diff", "--rev", "HEAD", cwd=tmp_path)
+    assert_one_line_error(proc, f"results/tables/claims.csv: {words}, expected a CSV table")
+    subprocess.run([*git, "commit", "-qam", "damaged"], cwd=tmp_path, check=True)
+    table.write_text(SCORECARD)  # the damage is now the committed side's
+    proc = run_lengthgen("diff", "--rev", "HEAD", cwd=tmp_path)
+    assert_one_line_error(proc, f"results/tables/claims.csv at HEAD: {words}, expected a CSV table")
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_replicate_of_a_damaged_scorecard_names_it_and_the_line(tmp_path, damage):
+    raw, words = DAMAGE[damage]
+    bad, good, out = tmp_path / "claims.csv", tmp_path / "other.csv", tmp_path / "replication.md"
+    bad.write_bytes(raw)
+    good.write_text(SCORECARD)
+    proc = run_lengthgen("replicate", "--main", bad, "--other", good, "--out", out, cwd=tmp_path)
+    assert_one_line_error(proc, f"{bad}: {words}, expected a scorecard")
+    assert not out.exists() and not temp_files(tmp_path)
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_verdict_of_a_damaged_scorecard_names_it_and_the_line(tmp_path, damage, capsys):
+    from lengthgen.verdict import main
+
+    raw, words = DAMAGE[damage]
+    bad = tmp_path / "claims.csv"
+    bad.write_bytes(raw)
+    assert main([str(bad)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"lengthgen: error: {bad}: {words}, expected a scorecard\n" and captured.out == ""

@@ -6,8 +6,10 @@ nothing machine-specific in them; provenance goes to its own JSON file.
 
 from __future__ import annotations
 
+import io
 import json
 import platform
+import re
 import subprocess
 from pathlib import Path
 
@@ -30,19 +32,48 @@ def keys_of(df: pd.DataFrame) -> list[str]:
 SWEEP_COLUMNS = ["task", "scheme", "seed", "length", "accuracy"]  # what every reader of the sweep uses
 
 
-def read_table(path, columns: list[str], what: str, **read_csv) -> pd.DataFrame:
-    """A table of this pipeline; UserError naming the file when it is empty or another table
-    (a stage must not plot or judge what it was not meant to read)."""
+def parse_csv(raw: bytes, where: str, what: str, **read_csv) -> pd.DataFrame:
+    """The CSV table in `raw`, the bytes of the file `where` (a path, or a path at a commit);
+    bytes that are no CSV table (not UTF-8 text, a line with more fields than the header, none
+    at all) are a UserError naming `where` and, where it is known, the line."""
     try:
-        df = pd.read_csv(path, **read_csv)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:  # decoded here, not by pandas, which says where in its buffer only
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise UserError(f"{where}: line {line}: not UTF-8 text, expected {what}") from None
+    try:
+        df = pd.read_csv(io.StringIO(text), **read_csv)
     except pd.errors.EmptyDataError:
-        raise UserError(f"{path}: empty file, expected {what}") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: not a CSV table, expected {what} ({str(err).splitlines()[0]})") from None
+        raise UserError(f"{where}: empty file, expected {what}") from None
+    except pd.errors.ParserError as err:
+        raise UserError(f"{where}: {_parser_problem(err)}, expected {what}") from None
+    if "index_col" not in read_csv and not isinstance(df.index, pd.RangeIndex):
+        # pandas takes extra fields on the first row for index columns, silently, where it
+        # refuses them on any later row
+        fields, header = len(df.columns) + df.index.nlevels, len(df.columns)
+        raise UserError(f"{where}: line 2: {fields} fields where the header has {header}, expected {what}")
+    return df
+
+
+_FIELDS = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
+
+
+def _parser_problem(err: Exception) -> str:
+    text = str(err).strip()
+    if m := _FIELDS.search(text):
+        return f"line {m[2]}: {m[3]} fields where the header has {m[1]}"
+    return f"not a CSV table ({text.rpartition('C error: ')[2].splitlines()[0]})"
+
+
+def read_table(path, columns: list[str], what: str, rows: bool = True, **read_csv) -> pd.DataFrame:
+    """A table of this pipeline; UserError naming the file when it is no CSV table (parse_csv),
+    another table, or (with `rows`) empty: a stage must not plot or judge what it was not
+    meant to read."""
+    df = parse_csv(Path(path).read_bytes(), str(path), what, **read_csv)
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise UserError(f"{path}: not {what}: no column(s) {', '.join(missing)}")
-    if df.empty:
+    if rows and df.empty:
         raise UserError(f"{path}: {what} without rows")
     return df
 
