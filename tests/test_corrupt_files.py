@@ -68,18 +68,23 @@ def test_a_corrupt_intermediate_is_removed_only_under_the_results(tmp_path, resu
     assert inside.exists()
 
 
-def test_the_file_systems_errors_are_not_corruption(tmp_path, results, monkeypatch):
-    """No permission, or a disk that fails to read: the file may be whole, so it stays."""
+@pytest.mark.parametrize("error", [PermissionError(errno.EACCES, "Permission denied", "meta.json"),
+                                   OSError(errno.EIO, "Input/output error"), MemoryError(),
+                                   ImportError("no module named pyarrow"), TypeError("a bug")],
+                         ids=["no_permission", "io_error", "out_of_memory", "missing_library", "bug"])
+def test_what_is_not_the_files_fault_leaves_it_alone(results, monkeypatch, error):
+    """No permission, a disk that fails to read, a missing library, a bug: the file may be whole,
+    so it stays, and the error is passed on as it was."""
     root, env = results
     monkeypatch.setenv(fileio.RESULTS_ENV, env[fileio.RESULTS_ENV])
     path = root / "meta.json"
     path.write_text("{}")
 
-    def refused(p):
-        raise PermissionError(errno.EACCES, "Permission denied", str(p))
+    def failing(p):
+        raise error
 
-    with pytest.raises(PermissionError):
-        fileio.read_intermediate(path, refused, "meta.json record")
+    with pytest.raises(type(error)):
+        fileio.read_intermediate(path, failing, "meta.json record")
     assert path.exists()
 
 

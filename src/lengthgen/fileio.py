@@ -7,6 +7,7 @@ import contextlib
 import errno
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -128,20 +129,27 @@ def read_intermediate(path, reader, what: str):
     same command rebuilds it instead of failing on it again.
 
     Not corruption, so passed on: the operating system's errors (a missing file, no permission,
-    an I/O error) and the reader's own UserErrors (a file of another cell or format)."""
+    an I/O error), the reader's own UserErrors (a file of another cell or format), and what
+    no parser raises on bad bytes (an ImportError, a TypeError of a bug) lest every input go."""
     try:
         return reader(path)
-    except (UserError, MemoryError):
+    except UserError:
         raise
     except OSError as err:
         if err.errno in _SYSTEM_ERRNOS or err.filename is not None:
             raise
         reason = err  # a parser's OSError: pyarrow's on bad pages, torch's EINVAL on a torn archive
-    except Exception as err:  # what a parser raises on bytes it cannot parse is its own choice
+    except Exception as err:
+        if isinstance(err, MemoryError) or not (isinstance(err, _PARSE_ERRORS)
+                                                 or type(err).__module__.startswith("pyarrow")):
+            raise
         reason = err
     raise corrupt(path, f"not a readable {what} ({type(reason).__name__}: {_first_sentence(reason)})") from None
 
 
+# What the parsers raise on bad bytes: json and numpy ValueError (UnicodeDecodeError too), torch
+# RuntimeError or UnpicklingError, numpy EOFError; pyarrow its own classes (matched by module)
+_PARSE_ERRORS = (ValueError, RuntimeError, EOFError, pickle.UnpicklingError)
 # errno values of the file system's state, not of the file's bytes: the file may be whole
 _SYSTEM_ERRNOS = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EIO, errno.ESTALE,
                   errno.EMFILE, errno.ENFILE, errno.ENOMEM}
