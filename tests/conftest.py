@@ -103,12 +103,13 @@ def run_snakemake(workdir, *args, timeout: float | None = None) -> subprocess.Co
     )
 
 
-def run_lengthgen(*args, cwd=None, timeout: float | None = 300) -> subprocess.CompletedProcess:
-    """Run `python -m lengthgen *args` from the repo's src/ (as the rules do)."""
+def run_lengthgen(*args, cwd=None, timeout: float | None = 300, env=None) -> subprocess.CompletedProcess:
+    """Run `python -m lengthgen *args` from the repo's src/ (as the rules do); `env`: variables
+    to add, e.g. the results directory the workflow gives its jobs."""
     return subprocess.run(
         [PYTHON, "-m", "lengthgen", *map(str, args)],
         cwd=cwd,
-        env=venv_env(PYTHONPATH=str(REPO / "src")),
+        env=venv_env(PYTHONPATH=str(REPO / "src"), **(env or {})),
         text=True,
         capture_output=True,
         timeout=timeout,

@@ -116,5 +116,5 @@ def test_an_entry_one_record_lacks_is_named_as_not_recorded(tmp_path, monkeypatc
 
     record = tmp_path / "provenance.json"
     record.write_text('{"devices": ["cpu (1 threads, AVX512)"], "torch": "2.13.0+cpu"}')
-    monkeypatch.setattr(diff, "text_at", lambda rev, path: '{"devices": ["cpu (1 threads, AVX512)"]}')
+    monkeypatch.setattr(diff, "bytes_at", lambda rev, path: b'{"devices": ["cpu (1 threads, AVX512)"]}')
     assert diff.changed_conditions("HEAD", record) == ["torch: (not recorded) -> 2.13.0+cpu"]

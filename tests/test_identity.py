@@ -445,6 +445,24 @@ def test_missing_files_after_a_failed_job_are_rebuilt(run_copy, baseline):
 
 @pytest.mark.workflow
 @pytest.mark.slow
+def test_a_truncated_sweep_is_removed_and_the_same_command_rebuilds_it(run_copy, baseline):
+    """A sweep cut to half its bytes: aggregation ends in one line naming it and removes it, and
+    the scorecard goes with the table it came from; the same command, rerun with nothing undone
+    by hand, rebuilds the sweep and gives the uninterrupted run's tables."""
+    sweep = run_copy / CELL.format(scheme="alibi", seed=1) / "sweep.parquet"
+    sweep.write_bytes(sweep.read_bytes()[: sweep.stat().st_size // 2])
+    failed = _snakemake(run_copy, cores=1)
+    line = _one_line(failed, f"{sweep.relative_to(run_copy)}: not a readable sweep (")
+    assert line.endswith("removed it: rerun the workflow to rebuild it")
+    assert not sweep.exists()
+    tables = _tables(run_copy)
+    assert "tables/length_sweep.csv" not in tables and not {n for n in tables if n.startswith("tables/claims.")}
+    _nothing_half_written(run_copy, baseline)
+    _assert_rerun_restores(run_copy, baseline, then_done=True)
+
+
+@pytest.mark.workflow
+@pytest.mark.slow
 def test_a_sigkilled_forcerun_train_is_rebuilt_and_its_warm_folder_removed(run_copy, baseline, tmp_path):
     tmp = tmp_path / "tmp"  # this run's own temporary directory: its warm-start folder is seen alone
     tmp.mkdir()

@@ -6,15 +6,19 @@ nothing machine-specific in them; provenance goes to its own JSON file.
 
 from __future__ import annotations
 
+import io
+import json
 import platform
+import re
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from lengthgen import identity
 from lengthgen.errors import UserError
-from lengthgen.fileio import atomic_path, canonical_json, write_text
+from lengthgen.fileio import atomic_path, canonical_json, read_intermediate, remove_stale, write_text
 
 KEYS = ["task", "scheme", "seed", "length", "k", "depth"]  # those a table has, in this order
 AXES = ["k", "depth"]  # second axes of a test set, beside length
@@ -28,19 +32,48 @@ def keys_of(df: pd.DataFrame) -> list[str]:
 SWEEP_COLUMNS = ["task", "scheme", "seed", "length", "accuracy"]  # what every reader of the sweep uses
 
 
-def read_table(path, columns: list[str], what: str, **read_csv) -> pd.DataFrame:
-    """A table of this pipeline; UserError naming the file when it is empty or another table
-    (a stage must not plot or judge what it was not meant to read)."""
+def parse_csv(raw: bytes, where: str, what: str, **read_csv) -> pd.DataFrame:
+    """The CSV table in `raw`, the bytes of the file `where` (a path, or a path at a commit);
+    bytes that are no CSV table (not UTF-8 text, a line with more fields than the header, none
+    at all) are a UserError naming `where` and, where it is known, the line."""
     try:
-        df = pd.read_csv(path, **read_csv)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:  # decoded here, not by pandas, which says where in its buffer only
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise UserError(f"{where}: line {line}: not UTF-8 text, expected {what}") from None
+    try:
+        df = pd.read_csv(io.StringIO(text), **read_csv)
     except pd.errors.EmptyDataError:
-        raise UserError(f"{path}: empty file, expected {what}") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: not a CSV table, expected {what} ({str(err).splitlines()[0]})") from None
+        raise UserError(f"{where}: empty file, expected {what}") from None
+    except pd.errors.ParserError as err:
+        raise UserError(f"{where}: {_parser_problem(err)}, expected {what}") from None
+    if "index_col" not in read_csv and not isinstance(df.index, pd.RangeIndex):
+        # pandas takes extra fields on the first row for index columns, silently, where it
+        # refuses them on any later row
+        fields, header = len(df.columns) + df.index.nlevels, len(df.columns)
+        raise UserError(f"{where}: line 2: {fields} fields where the header has {header}, expected {what}")
+    return df
+
+
+_FIELDS = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
+
+
+def _parser_problem(err: Exception) -> str:
+    text = str(err).strip()
+    if m := _FIELDS.search(text):
+        return f"line {m[2]}: {m[3]} fields where the header has {m[1]}"
+    return f"not a CSV table ({text.rpartition('C error: ')[2].splitlines()[0]})"
+
+
+def read_table(path, columns: list[str], what: str, rows: bool = True, **read_csv) -> pd.DataFrame:
+    """A table of this pipeline; UserError naming the file when it is no CSV table (parse_csv),
+    another table, or (with `rows`) empty: a stage must not plot or judge what it was not
+    meant to read."""
+    df = parse_csv(Path(path).read_bytes(), str(path), what, **read_csv)
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise UserError(f"{path}: not {what}: no column(s) {', '.join(missing)}")
-    if df.empty:
+    if rows and df.empty:
         raise UserError(f"{path}: {what} without rows")
     return df
 
@@ -102,7 +135,7 @@ def check_recorded_cell(path, df: pd.DataFrame, token: str | None, what: str) ->
 def collect(sweep_paths, expected=None) -> pd.DataFrame:
     """All sweeps in one long table; a task without k (or depth) leaves that column empty.
     `expected`: the identity token of the cell each sweep is for (lengthgen.identity)."""
-    frames = [pd.read_parquet(p) for p in sweep_paths]
+    frames = [read_intermediate(p, pd.read_parquet, "sweep") for p in sweep_paths]
     check_cells(sweep_paths, frames, expected)
     df = pd.concat(frames, ignore_index=True)
     for axis in AXES:
@@ -150,17 +183,21 @@ def _cell(row) -> str:
     return f"{row['mean']:.3f} ± {row['std']:.3f} [{row['test_se']:.3f}]"
 
 
-def aggregate(sweep_paths, csv_out, md_out, expected=None) -> pd.DataFrame:
+def aggregate(sweep_paths, csv_out, md_out, expected=None, stale=()) -> pd.DataFrame:
+    """`stale`: files made from the tables (the scorecard), removed first (fileio.remove_stale)."""
+    remove_stale(stale)
     df = collect(sweep_paths, expected)
     write_csv(df, csv_out)
     write_text(md_out, summary_markdown(summarize(df)))
     return df
 
 
+def _read_json(path):
+    return json.loads(Path(path).read_text())
+
+
 def provenance(out, meta_paths=()) -> None:
     """Git commit, library versions and devices: kept out of the tables on purpose."""
-    import json
-
     import torch
 
     try:
@@ -168,7 +205,7 @@ def provenance(out, meta_paths=()) -> None:
         dirty = bool(subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True).stdout)
     except (OSError, subprocess.CalledProcessError):
         commit, dirty = "unknown", None
-    devices = sorted({json.loads(open(p).read())["device"] for p in meta_paths})
+    devices = sorted({read_intermediate(p, _read_json, "meta.json record")["device"] for p in meta_paths})
     info = {
         "git_commit": commit,
         "src_modified": dirty,

@@ -11,7 +11,7 @@ import pandas as pd
 
 from lengthgen.aggregate import AXES, PRECISION, check_recorded_cell, keys_of, read_table
 from lengthgen.errors import UserError
-from lengthgen.fileio import atomic_path, save_png
+from lengthgen.fileio import atomic_path, read_intermediate, remove_stale, save_png
 
 COLUMNS = ["task", "scheme", "seed", "length", "layer", "head", "metric", "value"]  # what every reader uses
 MEASURES = (("attribution", "attribution on dependencies"),
@@ -24,10 +24,12 @@ EXPERIMENTS = {"sparse_parity": "E1 sparse parity", "scratchpad_parity": "E2 par
 def collect(paths, expected=None, language=None) -> pd.DataFrame:
     """The cells' tables (each checked to be of its cell, as the sweeps are: `expected`, one
     identity token per path) and E4's (`language`, checked by its own job) in one long table."""
-    frames = [pd.read_parquet(p) for p in paths]
+    frames = [read_intermediate(p, pd.read_parquet, "attention table") for p in paths]
     for path, df, token in zip(paths, frames, expected or [None] * len(frames), strict=True):
         check_recorded_cell(path, df, token, "the attention table")  # recorded as a sweep records it
-    df = pd.concat(frames + ([pd.read_parquet(language)] if language else []), ignore_index=True)
+    if language:
+        frames.append(read_intermediate(language, pd.read_parquet, "attention table"))
+    df = pd.concat(frames, ignore_index=True)
     for axis in [*AXES, "layer", "head"]:
         if axis in df.columns:
             df[axis] = df[axis].astype("Int32")
@@ -36,7 +38,9 @@ def collect(paths, expected=None, language=None) -> pd.DataFrame:
     return df.sort_values(keys, kind="stable", na_position="last").reset_index(drop=True)
 
 
-def aggregate(paths, csv_out, expected=None, language=None) -> pd.DataFrame:
+def aggregate(paths, csv_out, expected=None, language=None, stale=()) -> pd.DataFrame:
+    """`stale`: files made from the table (the scorecard), removed first (fileio.remove_stale)."""
+    remove_stale(stale)
     df = collect(paths, expected, language)
     with atomic_path(csv_out) as tmp:
         df.to_csv(tmp, index=False, float_format=f"%.{PRECISION}f", lineterminator="\n")

@@ -114,7 +114,7 @@ def cmd_aggregate_attention(a) -> None:
     from lengthgen import attention_report
 
     _same_count(a.expect, a.cells, "attention tables")
-    attention_report.aggregate(a.cells, a.csv, expected=a.expect, language=a.language)
+    attention_report.aggregate(a.cells, a.csv, expected=a.expect, language=a.language, stale=a.stale)
 
 
 def cmd_figure_attention(a) -> None:
@@ -127,7 +127,7 @@ def cmd_aggregate(a) -> None:
     from lengthgen import aggregate
 
     _same_count(a.expect, a.sweeps, "sweeps")
-    aggregate.aggregate(a.sweeps, a.csv, a.md, expected=a.expect)
+    aggregate.aggregate(a.sweeps, a.csv, a.md, expected=a.expect, stale=a.stale)
 
 
 def cmd_provenance(a) -> None:
@@ -300,6 +300,7 @@ def _table_stages(sub) -> None:
     s.add_argument("--expect", nargs="+", type=_identity, help="each sweep's cell identity, in the order of --sweeps")
     s.add_argument("--csv", required=True)
     s.add_argument("--md", required=True)
+    s.add_argument("--stale", nargs="*", default=[], help="files made from the table, removed before it is rebuilt")
     s.set_defaults(func=cmd_aggregate)
 
     s = sub.add_parser("aggregate-attention", help="collect the cells' attention.parquet into one long table")
@@ -307,6 +308,7 @@ def _table_stages(sub) -> None:
     s.add_argument("--expect", nargs="+", type=_identity, help="each table's cell identity, in the order of --cells")
     s.add_argument("--language", help="E4's language/attention.parquet, if run")
     s.add_argument("--csv", required=True)
+    s.add_argument("--stale", nargs="*", default=[], help="files made from the table, removed before it is rebuilt")
     s.set_defaults(func=cmd_aggregate_attention)
 
     s = sub.add_parser("claims", help="write the claims scorecard")
@@ -453,6 +455,11 @@ def main(argv=None) -> int:
         return 2
     except FileNotFoundError as err:  # an input path given on the command line
         print(f"lengthgen: error: {err.filename}: file not found", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if err.filename is None:  # not a file's: a bug or the machine's, worth its traceback
+            raise
+        print(f"lengthgen: error: {err.filename}: {err.strerror}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line in the job's log, not a traceback
         from lengthgen.warm import interrupted

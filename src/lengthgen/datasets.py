@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from lengthgen import tasks
 from lengthgen.errors import UserError
-from lengthgen.fileio import atomic_path, canonical_json
+from lengthgen.fileio import atomic_path, canonical_json, read_intermediate
 
 FORMAT_VERSION = 1
 META_KEY = b"lengthgen"
@@ -52,11 +52,9 @@ def write(table: pa.Table, path) -> None:
 def read(path) -> tuple[pa.Table, dict]:
     """Read a dataset and its metadata; a damaged or foreign file is a UserError."""
     try:
-        table = pq.read_table(path)
+        table = read_intermediate(path, pq.read_table, "Parquet dataset")
     except FileNotFoundError:
         raise UserError(f"{path}: dataset not found") from None
-    except (pa.ArrowException, OSError) as err:
-        raise UserError(f"{path}: not a readable Parquet dataset ({type(err).__name__})") from None
     raw = (table.schema.metadata or {}).get(META_KEY)
     if raw is None:
         raise UserError(f"{path}: Parquet file without lengthgen metadata; regenerate it")

@@ -4,13 +4,13 @@ more than the tolerance (or is a non-number that changed). Added and removed row
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 from pathlib import Path
 
 import pandas as pd
 
+from lengthgen.aggregate import parse_csv
 from lengthgen.errors import UserError
 
 # The key columns of our tables: E1-E3 (task ... depth), the scorecard (claim, check), E4's
@@ -25,47 +25,49 @@ KEY_COLUMNS = ("task", "scheme", "seed", "length", "k", "depth", "claim", "check
 RUN_CONDITIONS = ("devices", "torch", "numpy", "pandas", "python")
 
 
-def text_at(rev: str, path: Path) -> str | None:
-    """The file at `path` as committed in `rev`, or None if it did not exist there."""
+def bytes_at(rev: str, path: Path) -> bytes | None:
+    """The file at `path` as committed in `rev`, or None if it did not exist there. Bytes: a
+    file that is not text is the table's error (aggregate.parse_csv), not git's."""
     try:
-        done = subprocess.run(["git", "show", f"{rev}:{path.as_posix()}"], capture_output=True, text=True, check=True)
+        done = subprocess.run(["git", "show", f"{rev}:{path.as_posix()}"], capture_output=True, check=True)
     except subprocess.CalledProcessError as err:
-        if "does not exist" in err.stderr or "exists on disk, but not in" in err.stderr:
+        stderr = err.stderr.decode(errors="replace")
+        if "does not exist" in stderr or "exists on disk, but not in" in stderr:
             return None
-        raise UserError(f"git show {rev}:{path}: {err.stderr.strip().splitlines()[-1]}") from None
+        raise UserError(f"git show {rev}:{path}: {stderr.strip().splitlines()[-1]}") from None
     return done.stdout
 
 
 def table_at(rev: str, path: Path) -> pd.DataFrame | None:
     """The CSV at `path` as committed in `rev`, or None if it did not exist there."""
-    text = text_at(rev, path)
-    return None if text is None else _read(io.StringIO(text))
+    raw = bytes_at(rev, path)
+    return None if raw is None else _read(raw, f"{path} at {rev}")
 
 
 def changed_conditions(rev: str, provenance: Path) -> list[str]:
     """How the records of the runs behind the two versions of the tables differ, from
     provenance.json: one line per differing entry, none when either side has no record."""
-    old_text = text_at(rev, provenance)
-    if old_text is None or not provenance.exists():
+    old_raw = bytes_at(rev, provenance)
+    if old_raw is None or not provenance.exists():
         return []
-    old, new = _record(old_text, f"{provenance} at {rev}"), _record(provenance.read_text(), str(provenance))
+    old, new = _record(old_raw, f"{provenance} at {rev}"), _record(provenance.read_bytes(), str(provenance))
     return [f"{key}: {old.get(key, '(not recorded)')} -> {new.get(key, '(not recorded)')}"
             for key in RUN_CONDITIONS if old.get(key) != new.get(key)]
 
 
-def _record(text: str, where: str) -> dict:
+def _record(raw: bytes, where: str) -> dict:
     try:
-        record = json.loads(text)
-    except json.JSONDecodeError as err:
+        record = json.loads(raw)
+    except ValueError as err:  # UnicodeDecodeError too
         raise UserError(f"{where}: not JSON ({err})") from None
     if not isinstance(record, dict):
         raise UserError(f"{where}: expected a JSON object of run conditions, got {type(record).__name__}")
     return record
 
 
-def _read(source) -> pd.DataFrame:
+def _read(raw: bytes, where: str) -> pd.DataFrame:
     """Cells as the text in the file, so moved values print exactly as committed."""
-    return pd.read_csv(source, dtype=str, keep_default_na=False)
+    return parse_csv(raw, where, "a CSV table", dtype=str, keep_default_na=False)
 
 
 def moved_cells(old: pd.DataFrame, new: pd.DataFrame, tolerance: float) -> pd.DataFrame:
@@ -110,7 +112,7 @@ def diff_tables(rev: str, tables_dir, tolerance: float, out=print) -> int:
             out(f"{path}: new since {rev}")
             any_moved = True
             continue
-        moved = moved_cells(old, _read(path), tolerance)
+        moved = moved_cells(old, _read(path.read_bytes(), str(path)), tolerance)
         if len(moved):
             any_moved = True
             out(f"{path}: {len(moved)} cell(s) moved beyond {tolerance} since {rev}")

@@ -7,3 +7,11 @@ class UserError(Exception):
 
 class TrainingDiverged(UserError):
     """The loss became NaN or infinite."""
+
+
+class CorruptIntermediate(UserError):
+    """A file the workflow wrote, and can write again, fails to read (see fileio.read_intermediate)."""
+
+
+class WriteFailed(UserError):
+    """The operating system refused a write: a full disk, a read-only or forbidden folder."""

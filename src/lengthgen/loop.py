@@ -9,8 +9,7 @@ from pathlib import Path
 
 import torch
 
-from lengthgen.errors import UserError
-from lengthgen.fileio import atomic_path
+from lengthgen.fileio import atomic_path, corrupt, read_intermediate
 
 
 def adamw(model: torch.nn.Module, cfg: dict) -> AdamW:
@@ -83,23 +82,40 @@ def lr_at(step: int, cfg: dict) -> float:
     return cfg["lr"] * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+# torch.load(weights_only=True) raises the same UnpicklingError for a pickle of other objects
+# and for a torn file, so the refusal names both.
+REFUSED = ("refused to load: not only tensors and plain types (a torn file, or Python objects, which could run "
+           "code)")
+
+
+def _load(path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
 def load_tensors(path) -> dict:
     """torch.load of tensors and plain Python types only (weights_only): a file dropped into the
-    results can hold data, never code to run. Everything the pipeline saves is such a file."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise UserError(f"{path}: refused to load: it holds Python objects other than tensors and plain "
-                        "types, which could run code; delete it and rerun the job that writes it") from None
+    results can hold data, never code to run. Everything the pipeline saves is such a file. One
+    that fails to load is a CorruptIntermediate (fileio.read_intermediate): removed under the
+    run's results, so a rerun rebuilds it."""
+
+    def load(p) -> dict:
+        try:
+            return _load(p)
+        except pickle.UnpicklingError:
+            raise corrupt(p, REFUSED) from None
+
+    return read_intermediate(path, load, "checkpoint")
 
 
 def load_checkpoint(path: Path, fingerprint: str, log) -> dict | None:
+    """The resumable checkpoint, or None to start from step 0: a checkpoint that fails to load
+    is never run and never removed here, as the run overwrites it."""
     if not path.exists():
         return None
     try:
-        state = load_tensors(path)
-    except UserError as err:  # never run it; the run starts over and overwrites it
-        log(f"{err}; starting from step 0")
+        state = _load(path)
+    except pickle.UnpicklingError:
+        log(f"{path}: {REFUSED}; starting from step 0")
         return None
     except Exception as err:  # a torn file from a killed job: start over
         log(f"checkpoint {path} unreadable ({type(err).__name__}); starting from step 0")

@@ -11,6 +11,7 @@ import re
 
 import pandas as pd
 
+from lengthgen.aggregate import read_table
 from lengthgen.claims import DESCRIPTIVE, heading, verdict
 from lengthgen.errors import UserError
 from lengthgen.fileio import write_text
@@ -20,11 +21,9 @@ _BEST = re.compile(r" \(([A-Za-z0-9_]+)\)$")
 
 def read_scorecard(path) -> pd.DataFrame:
     try:
-        df = pd.read_csv(path, keep_default_na=False)
+        df = read_table(path, ["claim", "check", "value", "result"], "a scorecard", keep_default_na=False)
     except FileNotFoundError:
         raise UserError(f"{path}: scorecard not found; run that configuration first") from None
-    if not {"claim", "check", "result", "value"} <= set(df.columns):
-        raise UserError(f"{path}: not a scorecard (expected columns claim, check, value, result)")
     df = df[df["result"] != DESCRIPTIVE].copy()
     df["key"] = df["check"].str.replace(_BEST, "", regex=True)
     return df

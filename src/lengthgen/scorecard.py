@@ -9,6 +9,7 @@ import pandas as pd
 from lengthgen import attention_report, claims
 from lengthgen.aggregate import read_sweep
 from lengthgen.errors import UserError
+from lengthgen.fileio import read_intermediate
 
 
 def build(sweep_csv, sparse_tasks: list[str], train_max: int, cfg: dict, coupling: dict, influence, attention,
@@ -22,7 +23,8 @@ def build(sweep_csv, sparse_tasks: list[str], train_max: int, cfg: dict, couplin
     rows = claims.sparsity_checks(sweep, sparse_tasks, train_max, cfg["sparsity"], cfg["stats"]) if sparse_tasks else []
     rows += claims.coupling_checks(sweep, coupling, cfg["coupling"], cfg["stats"]) if coupling else []
     if influence:
-        rows += claims.language_checks(pd.read_parquet(influence), cfg["language"], cfg["stats"])
+        scores = read_intermediate(influence, pd.read_parquet, "score table")
+        rows += claims.language_checks(scores, cfg["language"], cfg["stats"])
     if attention:
         rows += attention_rows(attention, sweep, sparse_tasks, train_max, coupling, cfg)
     ran = {"1 sparsity": sparse_tasks, "2 coupling": coupling, "3 language": influence}

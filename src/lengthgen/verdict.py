@@ -8,7 +8,6 @@ exactly what the committed scorecard gives, so the two cannot drift.
 from __future__ import annotations
 
 import argparse
-import csv
 import re
 import sys
 from collections import Counter
@@ -55,15 +54,18 @@ def main(argv: list[str]) -> int:
     p.add_argument("--readme", help="rewrite this README's verdict block instead of printing the table")
     args = p.parse_args(argv)
     path, readme = args.claims, args.readme
+    from lengthgen.aggregate import read_table
+    from lengthgen.errors import UserError
+
     try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
+        rows = read_table(path, ["claim", "result"], "a scorecard", dtype=str, keep_default_na=False)
     except OSError as err:
         print(f"lengthgen: error: {path}: {err.strerror}", file=sys.stderr)
         return 2
-    if not rows or not {"claim", "result"} <= set(rows[0]):
-        print(f"lengthgen: error: {path}: not a scorecard (expected columns claim and result)", file=sys.stderr)
+    except UserError as err:
+        print(f"lengthgen: error: {err}", file=sys.stderr)
         return 2
+    rows = rows.to_dict("records")
     table = verdict_table(rows)
     if readme is None:
         sys.stdout.write(table)

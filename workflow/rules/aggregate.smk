@@ -24,10 +24,11 @@ rule aggregate:
         ENV
     params:
         expect=cell_tokens(),  # each sweep's cell, in the order of the inputs
+        stale=made_from_tables(),
         code=CODE["aggregate"],
     shell:
         "python -m lengthgen aggregate --sweeps {input:q} --expect {params.expect:q} --csv {output.csv:q}"
-        " --md {output.md:q} 2> {log:q}"
+        " --md {output.md:q} --stale {params.stale:q} 2> {log:q}"
 
 
 rule claims:

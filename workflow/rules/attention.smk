@@ -88,10 +88,11 @@ rule aggregate_attention:
     params:
         expect=cell_tokens(),  # each table's cell, in the order of the inputs
         language=lambda w, input: f"--language {input.language[0]}" if input.language else "",
+        stale=made_from_tables(),
         code=CODE["attention_report"],
     shell:
         "python -m lengthgen aggregate-attention --cells {input.cells:q} --expect {params.expect:q}"
-        " {params.language} --csv {output:q} 2> {log:q}"
+        " {params.language} --csv {output:q} --stale {params.stale:q} 2> {log:q}"
 
 
 rule figure_attention:

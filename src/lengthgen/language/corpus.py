@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lengthgen.errors import UserError
-from lengthgen.fileio import atomic_path, canonical_json
+from lengthgen.fileio import atomic_path, canonical_json, corrupt, read_intermediate
 
 FORMAT_VERSION = 1
 META_KEY = b"lengthgen"
@@ -424,11 +424,9 @@ def _check_splits(cfg: dict, counts: dict, where: str) -> None:
 def metadata(path) -> dict:
     """The corpus metadata, read from the footer only; a foreign or damaged file is a UserError."""
     try:
-        schema = pq.read_schema(path)
+        schema = read_intermediate(path, pq.read_schema, "Parquet corpus")
     except FileNotFoundError:
         raise UserError(f"{path}: corpus not found") from None
-    except (pa.ArrowException, OSError) as err:
-        raise UserError(f"{path}: not a readable Parquet corpus ({_reason(err)})") from None
     raw = (schema.metadata or {}).get(META_KEY)
     try:
         meta = json.loads(raw) if raw is not None else None
@@ -444,10 +442,7 @@ def metadata(path) -> dict:
 def read(path):
     """The whole corpus as a DataFrame (columns as in COLUMNS), and its metadata."""
     meta = metadata(path)
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as err:
-        raise UserError(f"{path}: not a readable Parquet corpus ({_reason(err)})") from None
+    table = read_intermediate(path, pq.read_table, "Parquet corpus")
     return table.to_pandas(), meta
 
 
@@ -458,4 +453,6 @@ def iter_batches(path, batch_size: int = 64) -> Iterator[tuple[list[str], list[s
         for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=["split", "text"]):
             yield batch.column(0).to_pylist(), batch.column(1).to_pylist()
     except (pa.ArrowException, OSError) as err:
-        raise UserError(f"{path}: not a readable Parquet corpus ({_reason(err)})") from None
+        if isinstance(err, OSError) and err.filename is not None:  # the file system's error, not the file's
+            raise
+        raise corrupt(path, f"not a readable Parquet corpus ({_reason(err)})") from None

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lengthgen.aggregate import write_csv  # noqa: E402
-from lengthgen.fileio import save_png  # noqa: E402
+from lengthgen.fileio import read_intermediate, save_png  # noqa: E402
 
 SUMMARY_KEYS = ["model", "method", "positions", "k"]
 METHODS = ("greedy", "attention", "random")
@@ -48,7 +48,7 @@ def training_curves(logs: dict) -> pd.DataFrame:
     """Validation loss (and the training loss at the same steps) per language model."""
     parts = []
     for name, path in sorted(logs.items()):
-        log = pd.read_parquet(path)
+        log = read_intermediate(path, pd.read_parquet, "training log")
         parts.append(log.dropna(subset=["validation_loss"]).assign(model=name)[["model", "step", "loss",
                                                                               "validation_loss"]])
     return pd.concat(parts, ignore_index=True)
@@ -111,7 +111,7 @@ def _save(fig, out) -> None:
 
 def run(scores_path, train_logs: dict, cfg: dict, csv, train_csv, figures: dict) -> None:
     """influence.csv, language_train.csv and the three E4 figures."""
-    scores = pd.read_parquet(scores_path)
+    scores = read_intermediate(scores_path, pd.read_parquet, "score table")
     ks = sorted(cfg["language"]["influence"]["k"])
     summary = summarize(scores, ks)
     write_csv(summary, csv)

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from lengthgen.errors import UserError
-from lengthgen.fileio import atomic_path, canonical_json
+from lengthgen.fileio import atomic_path, canonical_json, corrupt, read_intermediate
 from lengthgen.language import corpus
 
 EOT = "<|endoftext|>"
@@ -133,8 +133,8 @@ def load(path):
         raise UserError(f"{path}: tokenizer not found; run the tokenizer training first") from None
     try:
         spec = json.loads(raw)
-    except ValueError:
-        spec = None
+    except ValueError as err:  # UnicodeDecodeError too: a torn or overwritten file
+        raise corrupt(path, f"not a readable tokenizer file ({type(err).__name__})") from None
     if isinstance(spec, dict) and spec.get("kind") == "gpt2":
         return Gpt2Tokenizer(spec, _sha256(raw), path)
     if isinstance(spec, dict) and "model" in spec:
@@ -317,11 +317,9 @@ def info(out_dir) -> dict:
     """tokens.json of a token stream directory."""
     path = Path(out_dir) / "tokens.json"
     try:
-        data = json.loads(path.read_text())
+        data = read_intermediate(path, lambda p: json.loads(p.read_text()), "tokens.json")
     except FileNotFoundError:
         raise UserError(f"{path}: missing; rerun tokenize") from None
-    except (ValueError, UnicodeDecodeError):
-        data = None
     if not isinstance(data, dict) or data.get("format_version") != TOKENS_FORMAT:
         raise UserError(f"{path}: not a tokens.json of format {TOKENS_FORMAT}; rerun tokenize")
     return data
@@ -345,11 +343,9 @@ def load_stream(out_dir, split: str, tokenizer_sha256: str) -> tuple[np.ndarray,
 
 def _load_npy(path: Path, length: int, dtype: np.dtype) -> np.ndarray:
     try:
-        array = np.load(path, mmap_mode="r")
+        array = read_intermediate(path, lambda p: np.load(p, mmap_mode="r"), "token stream")
     except FileNotFoundError:
         raise UserError(f"{path}: missing; rerun tokenize") from None
-    except (ValueError, OSError, EOFError) as err:
-        raise UserError(f"{path}: corrupted ({type(err).__name__}); rerun tokenize") from None
     if array.shape != (length,) or array.dtype != dtype:
         raise UserError(
             f"{path}: {array.shape} of {array.dtype}, tokens.json says ({length},) of {dtype}; rerun tokenize"
