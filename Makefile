@@ -14,11 +14,11 @@ RUN := PYTHONPATH=src $(PY) -m lengthgen.unlock $(SNAKEMAKE)
 # then names the file, line and column (Snakemake's own message names neither).
 CHECK = @PYTHONPATH=src $(PY) -m lengthgen check-config config.yaml $(CONFIG)
 
-.PHONY: help run test lint paper replicate dryrun report diff bench clean
+.PHONY: help run test test-fast lint paper replicate dryrun report diff bench clean
 .DEFAULT_GOAL := help
 
 help:  ## this list
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -37,6 +37,9 @@ run: $(VENV)/.installed  ## the embedded default (config.yaml): CPU, minutes; CO
 
 test: $(VENV)/.installed  ## unit, workflow and end-to-end smoke tests
 	$(PY) -m pytest -q
+
+test-fast: $(VENV)/.installed  ## the unit tests alone (no Snakemake, no smoke grid): the inner loop
+	$(PY) -m pytest -q -m "not workflow and not slow and not slurm"
 
 lint: $(VENV)/.installed  ## ruff, snakemake --lint and snakefmt --check (CI runs it before the tests)
 	ruff check .

@@ -166,8 +166,8 @@ def _deep_merge(base: dict, override: dict) -> dict:
     return out
 
 
-# libyaml's loader when PyYAML was built with it: the schema loads in 9 ms instead of 64 ms,
-# on every Snakemake start (dry runs and no-ops included).
+# libyaml's loader when PyYAML was built with it: several times faster than the pure-Python one,
+# and the schema is loaded on every Snakemake start (dry runs and no-ops included).
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -271,8 +271,8 @@ def train_cost(config: dict, task_name: str) -> int:
 def seed_blocks(seeds: list[int], size: int) -> list[list[int]]:
     """The jobs of `stack`: seeds in fixed blocks of `size`, in sorted order, so that adding
     larger seeds adds blocks and leaves the full blocks before them as they were. Here, not in
-    lengthgen.stacked: the workflow plans with it, and importing torch would add 1.5 s to every
-    Snakemake start."""
+    lengthgen.stacked: the workflow plans with it, and importing torch would slow every
+    Snakemake start (dry runs and no-ops included)."""
     ordered = sorted(seeds)
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 

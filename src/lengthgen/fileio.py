@@ -108,8 +108,8 @@ def write_parquet(path, columns: dict, metadata: dict[bytes, bytes] | None = Non
     """Write equal-length columns (name -> list or array) as one Parquet table, all or nothing;
     `metadata` goes into the schema's key-value metadata, beside the columns.
 
-    pyarrow alone: the training and sweep jobs need no pandas, whose import is 0.35-0.8 s of
-    each of a hundred short jobs (importing pyarrow too, against torch alone)."""
+    pyarrow alone: the training and sweep jobs need no pandas, whose import would be a visible
+    share of each of a hundred short jobs."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

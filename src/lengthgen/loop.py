@@ -20,9 +20,9 @@ def adamw(model: torch.nn.Module, cfg: dict) -> AdamW:
 class AdamW:
     """torch.optim.AdamW(fused=True)'s update, the same kernel, without torch.optim.
 
-    Fused: one kernel per step instead of a dozen per parameter tensor (about 10% of a small
-    model's step on CPU). Not torch.optim's class: its first call imports torch's compiler
-    stack, 1.7 s of every training job's start (a sixth of a typical E1 job). The interface is
+    Fused: one kernel per step instead of a dozen per parameter tensor (a visible share of a
+    small model's step on CPU). Not torch.optim's class: its first call imports torch's compiler
+    stack, seconds of every training job's start (docs/performance.md). The interface is
     the part of torch.optim's the loops use: `param_groups[0]["lr"]`, `zero_grad`, `step`, and
     state dicts. A parameter's state starts at its first gradient, as in torch.optim."""
 

@@ -1,13 +1,13 @@
 """Warm start: local jobs fork from one process that has already imported torch.
 
-`import torch` is 2.3-2.9 s of every training and sweep job on the 2-core reference machine,
-about a tenth of the default run's CPU time (114 such jobs). For a local Snakemake run the
+`import torch` takes seconds of every training and sweep job, a large share of a short job's
+time (docs/performance.md has the measurement). For a local Snakemake run the
 workflow starts one server (`start`, from `onstart`); each `python -m lengthgen ...` job then
 sends its argv, working directory, environment and standard streams over a Unix socket, and
 a fork of the server runs the command with them. lengthgen's own modules are imported after
 the fork, from disk, so an edited src/ is always what runs; the server holds only torch (and
 numpy) and never runs a torch op, so no thread pool, RNG or CUDA state is inherited. Not pandas
-or pyarrow: 0.04-0.4 s, and pyarrow starts an allocator thread, which a fork does not copy.
+or pyarrow: they import quickly, and pyarrow starts an allocator thread, which a fork does not copy.
 
 Nothing changes for the job's caller: the exit status and stdout/stderr (the log files) are
 the worker's, and a job ended by any signal takes its worker with it. A job runs cold (in its
@@ -327,7 +327,7 @@ def wait_ready(server: subprocess.Popen, log_path, timeout_s: float = 120.0) -> 
         time.sleep(0.05)
 
 
-# A folder that records no process (made by an earlier version) is stale when no server answers
+# A folder that records no process (a server that wrote no server.pid) is stale when no server answers
 # on its socket; without a socket, once it is this old (a server binds its socket at once).
 LEGACY_GRACE_S = 600
 
@@ -353,7 +353,7 @@ def _stale(directory: Path) -> bool:
     pids = _owners(directory)
     if pids:
         return not any(map(_alive, pids))
-    path = directory / "socket"  # an earlier version's folder: does a server listen on its socket?
+    path = directory / "socket"  # a folder without server.pid: does a server listen on its socket?
     if path.exists():
         return not _listening(path)
     return time.time() - directory.stat().st_mtime > LEGACY_GRACE_S

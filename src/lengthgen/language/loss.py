@@ -14,8 +14,8 @@ import torch
 
 # Logits per chunk: 4 MB on CPU (the fastest measured at the default's 2,048 tokens), 1 GB on a GPU;
 # and at least MIN_ROWS rows, or adding each chunk's share of dL/dW (vocab x d_model) costs more
-# than its products (GPT-2's vocabulary, 1,024 tokens of d_model 512, head and loss on CPU: 2.9 s
-# with chunks of 166 rows or more, 4.7 s with 20; F.cross_entropy on the whole logits 3.0 s).
+# than its products: with GPT-2's vocabulary, chunks of a few rows were markedly slower than one
+# F.cross_entropy over the whole logits, chunks of a few hundred rows a little faster.
 CHUNK_ELEMENTS = {"cpu": 2**20, "cuda": 2**28}  # other devices: as CUDA
 MIN_ROWS = 256
 
