@@ -10,7 +10,8 @@ from lengthgen.errors import UserError
 
 
 def card(path, rows):
-    full = [dict(zip(COLUMNS, ("", "", 0.0, "", "", "", 0, "", "", ""), strict=True)) | r for r in rows]
+    blank = {column: "" for column in COLUMNS} | {"value": 0.0, "n": 0}
+    full = [blank | r for r in rows]
     pd.DataFrame(full, columns=COLUMNS).to_csv(path, index=False)
     return path
 

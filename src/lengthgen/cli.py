@@ -1,5 +1,5 @@
 """`python -m lengthgen <stage> ...`: one subcommand per pipeline stage (what the Snakemake rules
-run), and the tools beside them: diff, replicate and power.
+run), and the tools beside them: diff, replicate, check-config and power.
 
 Each stage reads only the paths it is given and writes only its outputs, all or nothing.
 Errors a user can cause print one line (`lengthgen: error: ...`) and exit with status 2.
@@ -241,7 +241,8 @@ def cmd_power(a) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lengthgen", description=__doc__.splitlines()[0])
+    first_paragraph = " ".join(__doc__.split("\n\n")[0].split())
+    p = argparse.ArgumentParser(prog="lengthgen", description=first_paragraph)
     sub = p.add_subparsers(dest="stage", required=True)
     _training_stages(sub)
     _table_stages(sub)

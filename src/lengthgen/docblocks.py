@@ -1,0 +1,105 @@
+"""Numbers in the docs that come from a run, generated from its committed tables.
+
+A Markdown file holds blocks `<!-- generated: NAME RESULTS_DIR -->` ... `<!-- end generated -->`;
+each holds exactly what GENERATORS[NAME] makes of RESULTS_DIR's tables. After a run,
+`PYTHONPATH=src python -m lengthgen.docblocks docs/results.md` rewrites them in place;
+tests/test_docblocks.py fails when a block and its tables disagree, so prose that quotes a run
+cannot drift from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from lengthgen.aggregate import read_sweep, read_table
+from lengthgen.errors import UserError
+
+BLOCK = re.compile(r"(<!-- generated: (\S+) (\S+) -->\n)(.*?)(<!-- end generated -->)", flags=re.S)
+
+
+def _claims(results: Path) -> pd.DataFrame:
+    return read_table(results / "tables/claims.csv", ["claim", "check", "result"], "the claims scorecard",
+                      dtype=str, keep_default_na=False)
+
+
+def e1_means(results: Path) -> str:
+    """Mean accuracy over the fitted E1 models per scheme and k at each test length."""
+    from lengthgen import claims
+
+    sweep = read_sweep(results / "tables/length_sweep.csv")
+    sweep = sweep[sweep["task"].str.startswith("sparse_parity")]
+    train_max = int(sweep["length"].min())
+    sweep = sweep[claims.fitted(sweep, train_max, 0.95)]
+    means = sweep.groupby(["scheme", "k", "length"])["accuracy"].mean().unstack("length")
+    models = sweep.groupby(["scheme", "k"])[["task", "seed"]].apply(lambda g: len(g.drop_duplicates()))
+    lengths = list(means.columns)
+    lines = ["| scheme | k | " + " | ".join(f"n = {n} ({n / train_max:g}×)" for n in lengths) + " | models |",
+             "|---|---|" + "---|" * len(lengths) + "---|"]
+    for (scheme, k), row in means.iterrows():
+        cells = " | ".join(f"{row[n]:.3f}" for n in lengths)
+        lines.append(f"| `{scheme}` | {int(k)} | {cells} | {models[(scheme, k)]} |")
+    return "\n".join(lines) + "\n"
+
+
+def claim_rows(results: Path, claim: str, descriptive: bool = False) -> str:
+    """The scorecard's rows of one claim: check, value, interval, p, n and result."""
+    df = _claims(results)
+    df = df[(df["claim"] == claim) & ((df["result"] != "descriptive") | descriptive)]
+    lines = ["| check | value | 95% CI | p | n | result |", "|---|---|---|---|---|---|"]
+    for r in df.itertuples():
+        ci = f"[{r.ci_low}, {r.ci_high}]" if r.ci_low else ""
+        lines.append(f"| {r.check} | {r.value} | {ci} | {r.p} | {r.n} | {r.result} |")
+    return "\n".join(lines) + "\n"
+
+
+def claim_words(results: Path) -> str:
+    """Each claim's line from the scorecard's head (its word and counts)."""
+    from lengthgen.claims import heading, verdict
+
+    rows = _claims(results).to_dict("records")
+    return "".join(f"- {heading(c)}: {verdict(rows, c)}\n" for c in sorted({r["claim"] for r in rows}))
+
+
+GENERATORS = {
+    "e1-means": e1_means,
+    "claim1": lambda results: claim_rows(results, "1 sparsity"),
+    "claim2": lambda results: claim_rows(results, "2 coupling"),
+    "claim3": lambda results: claim_rows(results, "3 language"),
+    "claim-words": claim_words,
+}
+
+
+def render(text: str, root: Path) -> str:
+    """`text` with every generated block rewritten from the tables under `root`."""
+
+    def fill(m: re.Match) -> str:
+        name, results = m.group(2), root / m.group(3)
+        if name not in GENERATORS:
+            raise UserError(f"generated block {name!r}: unknown (one of {', '.join(GENERATORS)})")
+        return m.group(1) + GENERATORS[name](results) + m.group(5)
+
+    return BLOCK.sub(fill, text)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m lengthgen.docblocks", description=__doc__.splitlines()[0])
+    p.add_argument("files", nargs="+", help="Markdown files whose generated blocks to rewrite")
+    p.add_argument("--root", default=".", help="the directory the blocks' results directories are under")
+    args = p.parse_args(argv)
+    try:
+        for name in args.files:
+            path = Path(name)
+            path.write_text(render(path.read_text(), Path(args.root)))
+    except (UserError, OSError) as err:
+        print(f"lengthgen: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,31 @@
+"""The numbers the docs quote from a run are generated from its committed tables: every
+generated block in README.md and docs/ is what its generator makes of them now."""
+
+import pytest
+
+from lengthgen import docblocks
+from lengthgen.errors import UserError
+
+DOCS = ["docs/results.md", "docs/protocol.md", "docs/performance.md", "docs/design.md"]
+
+
+@pytest.mark.parametrize("name", DOCS)
+def test_generated_blocks_match_the_committed_tables(repo, name):
+    text = (repo / name).read_text()
+    assert docblocks.render(text, repo) == text, f"{name}: run python -m lengthgen.docblocks {name}"
+
+
+def test_results_md_quotes_the_default_and_the_replicate_from_blocks(repo):
+    blocks = docblocks.BLOCK.findall((repo / "docs/results.md").read_text())
+    assert {(name, results) for _, name, results, _, _ in blocks} >= {
+        ("e1-means", "results"), ("claim1", "results"), ("claim-words", "results"),
+        ("claim-words", "results-replicate")}
+
+
+def test_a_block_is_rewritten_and_an_unknown_one_is_named(repo, tmp_path):
+    stale = "before\n<!-- generated: claim-words results -->\nold\n<!-- end generated -->\nafter\n"
+    fresh = docblocks.render(stale, repo)
+    assert fresh.startswith("before\n<!-- generated: claim-words results -->\n- claim 1 sparsity: ")
+    assert fresh.endswith("<!-- end generated -->\nafter\n") and "old" not in fresh
+    with pytest.raises(UserError, match="generated block 'nope': unknown"):
+        docblocks.render("<!-- generated: nope results -->\n<!-- end generated -->", repo)
