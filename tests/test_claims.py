@@ -289,9 +289,17 @@ def test_assignment_fitted_baselines_far_below_ppc_pass():
 
 def test_assignment_fitted_control_as_good_as_ppc_fails():
     rows = e3_rows({("rope", 10): [0.2, 0.3, 0.3], ("rope", 20): [0.1, 0.1, 0.1],
-                    ("pointer", 10): [1, 1, 1], ("pointer", 20): [0.94, 0.92, 0.96]})
+                    ("ppc", 20): [0.65, 0.6, 0.62], ("pc", 20): [0.65, 0.6, 0.62],
+                    ("pointer", 10): [1, 1, 1], ("pointer", 20): [0.6, 0.58, 0.62]})
     got = verdicts(rows)
     assert got["ppc - best scheme without coupled IDs (pointer)"] == "FAIL"  # whatever rope does
+
+
+def test_assignment_control_at_ceiling_leaves_no_headroom_to_decide():
+    """The control at 0.94: even a perfect ppc could not beat it by the margin 0.3."""
+    rows = e3_rows({("pointer", 10): [1, 1, 1], ("pointer", 20): [0.94, 0.92, 0.96]})
+    row = next(r for r in rows if "best scheme without coupled IDs" in r["check"])
+    assert row["result"] == "INCONCLUSIVE" and row["detail"].startswith("no headroom: pointer at 0.940 leaves 0.060")
 
 
 def test_assignment_unfit_baseline_turns_a_pass_into_inconclusive():

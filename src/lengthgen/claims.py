@@ -344,6 +344,12 @@ def _difference_row(check, a: _Scheme, b: _Scheme | None, draws, unfit, threshol
     result = stats.interval_verdict(*ci, threshold, ">=")
     if result == PASS and unfit:
         result = INCONCLUSIVE
+    headroom = 1.0 - float(b.acc.mean())
+    if threshold > 0 and headroom < threshold:
+        # a baseline within `threshold` of exact match cannot be beaten by `threshold`: the
+        # design cannot tell, whatever a scores, so its FAIL would say nothing about the claim
+        result = INCONCLUSIVE
+        named = f"no headroom: {b.name} at {b.acc.mean():.3f} leaves {headroom:.3f} < {threshold:g}; {named}"
     return _row("2 coupling", check, value, f">= {threshold:g} (interval)", result,
                 "; ".join(x for x in (unfit_note, named) if x), ci, n=len(a.acc) + len(b.acc))
 
