@@ -459,7 +459,7 @@ def _association_row(check, fit: pd.DataFrame, measure: str, threshold, cfg, st,
         # exact match from 0.994 to 1.000 has no spread for a rank correlation to find
         result = INCONCLUSIVE if verdict else DESCRIPTIVE
         why = "a side is constant" if math.isnan(rho) else f"exact match spans less than {cfg['min_spread']:g}"
-        return _row(ANALYSIS, check, rho, threshold, result, f"{why}: {detail}", n=len(fit))
+        return _row(ANALYSIS, check, rho, threshold if verdict else "-", result, f"{why}: {detail}", n=len(fit))
     result = (PASS if rho > 0 and p <= st["alpha"] else FAIL) if verdict else DESCRIPTIVE
     return _row(ANALYSIS, check, rho, threshold if verdict else "-", result, detail, p=p, n=len(fit))
 
