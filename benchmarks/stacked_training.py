@@ -4,7 +4,6 @@ packing, position IDs, loss, clipping, fused AdamW) of M seeds of one (task, sch
 Three ways to step M models, runs alternating in one process, each run a few steps of all M:
   alone  M separate one-model steps (`train.optimizer_step`), as M training jobs would take them
   bmm    one step of the stack with a leading model axis (`stacked.batched_loss`; the pipeline's)
-  vmap   one step of the stack by torch.func.vmap of the one-model Transformer (`stacked.vmapped_loss`)
   batch  one model on an M times larger batch: not M models, the bound of what amortizing a step's
          fixed cost could give (M models' matrices stay M products of one model's shape)
 A stacked model follows the steps it takes alone (tests/test_stacked.py), so models trained to
@@ -67,8 +66,7 @@ def _steppers(size: str, m: int, dev: torch.device, steps: int, tmp) -> tuple[di
     vocab = len(meta["vocab"])
     models = [build_model(c, vocab).to(dev) for c in cells]
     optims = [adamw(model, c["train"]) for model, c in zip(models, cells, strict=True)]
-    stacks = {way: stacked.Stack([build_model(c, vocab).to(dev) for c in cells], 0.01) for way in ("bmm", "vmap")}
-    loss_fns = {"bmm": stacked.batched_loss, "vmap": stacked.vmapped_loss}
+    stack_models = stacked.Stack([build_model(c, vocab).to(dev) for c in cells], 0.01)
     clock = {"step": 0}
 
     def alone() -> None:
@@ -76,9 +74,9 @@ def _steppers(size: str, m: int, dev: torch.device, steps: int, tmp) -> tuple[di
             batch = training_batch(data, clock["step"], cell, gaps)
             optimizer_step(model, opt, batch, 1e-3, 1.0, dev, opts["ppc_weight"], opts["copy"])
 
-    def stack(way: str) -> None:
+    def stack() -> None:
         batches = [training_batch(data, clock["step"], cell, gaps) for cell in cells]
-        stacked.stacked_step(stacks[way], batches, 1e-3, 1.0, dev, opts, loss_fn=loss_fns[way])
+        stacked.stacked_step(stack_models, batches, 1e-3, 1.0, dev, opts)
 
     big = {**cells[0], "train": {**cells[0]["train"], "batch_size": 64 * m}}
     big_model = build_model(big, vocab).to(dev)
@@ -99,8 +97,7 @@ def _steppers(size: str, m: int, dev: torch.device, steps: int, tmp) -> tuple[di
             return seconds / steps
         return timed_run
 
-    runs = {"alone": run(alone), "bmm": run(lambda: stack("bmm")), "vmap": run(lambda: stack("vmap")),
-            "batch": run(batch)}
+    runs = {"alone": run(alone), "bmm": run(stack), "batch": run(batch)}
     tokens = float(sum((training_batch(data, s, cells[0], gaps)["seq_len"] - 1).sum() for s in range(20))) / 20
     return runs, tokens
 
@@ -113,11 +110,8 @@ def _flop_per_token(size: str, mean_len: float) -> float:
 
 
 def measure(dev: torch.device, m: int, rounds: int, steps: int, ceiling: float | None) -> list[dict]:
-    import warnings
-
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # vmap's note that SDPA has no batching rule (it loops): measured here
+    with tempfile.TemporaryDirectory() as tmp:
         for size in SIZES:
             runs, tokens = _steppers(size, m, dev, steps, tmp)
             for fn in runs.values():

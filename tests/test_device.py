@@ -21,6 +21,24 @@ def test_claims_distinct_gpus_and_frees_them_on_close(tmp_path):
         h.close()
 
 
+def test_gpus_are_shared_by_gpu_jobs_after_each_has_one(tmp_path, monkeypatch):
+    """Two jobs per GPU on two GPUs: the first two claims spread over the GPUs, the next two
+    share them, a fifth waits until one ends."""
+    claims = [device.claim_gpu(2, tmp_path, per_gpu=2) for _ in range(4)]
+    assert [index for index, _ in claims] == [0, 1, 0, 1]
+    waited = []
+
+    def fake_sleep(seconds):
+        waited.append(seconds)
+        claims[2][1].close()  # a job sharing GPU 0 ends while the fifth waits
+
+    monkeypatch.setattr(device.time, "sleep", fake_sleep)
+    index, handle = device.claim_gpu(2, tmp_path, per_gpu=2, log=lambda msg: None)
+    assert index == 0 and waited == [5.0]
+    for _, h in [*claims, (index, handle)]:
+        h.close()
+
+
 def test_claim_is_held_across_processes(tmp_path, repo):
     index, handle = device.claim_gpu(2, tmp_path)
     code = ("from pathlib import Path; from lengthgen.device import claim_gpu; "

@@ -166,23 +166,36 @@ def test_adding_seeds_adds_blocks_and_leaves_trained_blocks_cached(tmp_path):
     assert _train_jobs(tmp_path, [1, 0, 2, 3], 2, "-n") == ["train_seeds_2_3"]
 
 
-@pytest.mark.parametrize("case", ["alibi", "ppc", "classifier"])
-def test_the_vmap_mechanism_computes_what_the_batched_one_does(data, case):
-    """The benchmark compares two mechanisms; they must compute the same step."""
-    from lengthgen import stacked, tasks
-    from lengthgen.train import build_model, load_training_data, training_batch
+def _planned(workdir, *args) -> list[tuple[str, str]]:
+    """(rule, resources line) of every job a dry run of the default plans."""
+    done = run_snakemake(workdir, "-n", "-c1", *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = []
+    for line in (done.stdout + done.stderr).splitlines():
+        line = line.strip()
+        if m := re.match(r"^(?:local)?rule (\w+):$", line):
+            jobs.append((m.group(1), ""))
+        elif line.startswith("resources:") and jobs:
+            jobs[-1] = (jobs[-1][0], line)
+    return jobs
 
-    cells = [_cell(case, s) for s in (0, 1, 2)]
-    train_data, meta = load_training_data(data[CASES[case][0]], cells[0])
-    gaps = tasks.get(meta["kind"]).gap_after(cells[0]["scheme_options"]["positions"] == "coupled")
-    batches = [training_batch(train_data, 3, c, gaps) for c in cells]
-    inputs = stacked.stacked_inputs(batches, torch.device("cpu"), cells[0]["scheme_options"]["copy"])
-    prompt = max(int(b["answer_start"].max()) for b in batches)
-    stack = stacked.Stack([build_model(c, len(meta["vocab"])) for c in cells], 0.01)
-    loss_b, right_b = stacked.batched_loss(stack, inputs, prompt, 1.0)
-    loss_v, right_v = stacked.vmapped_loss(stack, inputs, prompt, 1.0)
-    torch.testing.assert_close(loss_v, loss_b, atol=1e-5, rtol=1e-5)
-    assert torch.equal(right_v, right_b) and loss_b.shape == (3,)
+
+@pytest.mark.workflow
+def test_the_default_stacks_every_seed_on_cuda_and_none_on_cpu(workflow_copy):
+    """stack: auto. On CUDA one training job per (task, scheme) holding all its seeds, each asking
+    for one GPU slot; on CPU today's plan, one model per job and no GPU asked for."""
+    cfg = yaml.safe_load((workflow_copy / "config.yaml").read_text())
+    cells = {t["name"]: len(t["schemes"]) for t in cfg["tasks"]}
+    cuda = _planned(workflow_copy, "--config", "device=cuda")
+    training = [(rule, res) for rule, res in cuda if rule.startswith("train")]
+    assert {rule for rule, _ in training} == {"train_seeds_0_1_2_3_4_5_6_7_8_9_10_11", "train_seeds_0_1_2", "train_lm"}
+    assert len([r for r, _ in training if r.startswith("train_seeds")]) == sum(cells.values())
+    assert all("gpu=1" in res for _, res in training) and all("gpu=1" in res for r, res in cuda if r == "length_sweep")
+    cpu = _planned(workflow_copy, "--config", "device=cpu")
+    training = [(rule, res) for rule, res in cpu if rule.startswith("train")]
+    seeds = {t["name"]: len(t.get("seeds", cfg["seeds"])) for t in cfg["tasks"]}
+    assert len([r for r, _ in training if r == "train"]) == sum(cells[t] * seeds[t] for t in cells)
+    assert not any(r.startswith("train_seeds") for r, _ in training) and all("gpu=0" in res for _, res in training)
 
 
 @pytest.mark.workflow

@@ -268,6 +268,14 @@ def train_cost(config: dict, task_name: str) -> int:
     return task["train"]["max_steps"] * module.seq_len(task["params"], task["params"]["n_max"])
 
 
+def stack_size(config: dict, task: dict) -> int:
+    """Seeds per training job of `task`: `stack`, or for `auto` all of its seeds when jobs run on
+    CUDA (one small model leaves a GPU idle) and 1 on CPU (where stacking gains little)."""
+    if config["stack"] == "auto":
+        return len(task["seeds"]) if uses_gpu(config) else 1
+    return config["stack"]
+
+
 def seed_blocks(seeds: list[int], size: int) -> list[list[int]]:
     """The jobs of `stack`: seeds in fixed blocks of `size`, in sorted order, so that adding
     larger seeds adds blocks and leaves the full blocks before them as they were. Here, not in

@@ -23,18 +23,23 @@ from lengthgen.errors import UserError
 _claimed = []  # open lock files: the claim lasts as long as the process
 
 
-def claim_gpu(count: int, lock_dir: Path, wait_s: float = 5.0, log=print) -> tuple[int, object]:
-    """Index of a GPU no other lengthgen job on this machine holds, and its lock handle."""
+def claim_gpu(count: int, lock_dir: Path, per_gpu: int = 1, wait_s: float = 5.0,
+              log=print) -> tuple[int, object]:
+    """Index of a GPU that fewer than `per_gpu` other lengthgen jobs on this machine hold, and the
+    lock handle of the slot taken. Every GPU's first slot is tried before any second, so jobs
+    spread over the GPUs before they share one."""
     lock_dir.mkdir(parents=True, exist_ok=True)
     while True:
-        for index in range(count):
-            handle = open(lock_dir / f"gpu{index}.lock", "w")
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return index, handle
-            except BlockingIOError:
-                handle.close()
-        log(f"all {count} GPUs are held by other lengthgen jobs; waiting (lower resources gpu= in the profile)")
+        for slot in range(per_gpu):
+            for index in range(count):
+                handle = open(lock_dir / f"gpu{index}.slot{slot}.lock", "w")
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return index, handle
+                except BlockingIOError:
+                    handle.close()
+        log(f"all {per_gpu} slots of all {count} GPUs are held by other lengthgen jobs; waiting "
+            "(resources gpu= in the profile should be at most GPUs x gpu_jobs)")
         time.sleep(wait_s)
 
 
@@ -44,7 +49,7 @@ def _cuda_device() -> torch.device:
         return torch.device("cuda", 0)
     default = Path(tempfile.gettempdir()) / f"lengthgen-gpus-{os.getuid()}"
     lock_dir = Path(os.environ.get("LENGTHGEN_GPU_LOCKS", default))
-    index, handle = claim_gpu(count, lock_dir)
+    index, handle = claim_gpu(count, lock_dir, int(os.environ.get("LENGTHGEN_GPU_JOBS", "1")))
     _claimed.append(handle)
     return torch.device("cuda", index)
 

@@ -21,14 +21,13 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.func import stack_module_state, vmap
-from torch.nn.utils.stateless import _reparametrize_module
+from torch.func import stack_module_state
 
 from lengthgen import device as devices
 from lengthgen import stacked_model, tasks, train
 from lengthgen.errors import TrainingDiverged, UserError
 from lengthgen.loop import AdamW, load_checkpoint, lr_at, save_checkpoint
-from lengthgen.model import param_count, pointer_scores
+from lengthgen.model import param_count
 from lengthgen.stacked_model import embed
 from lengthgen.train import (
     COPY,
@@ -180,44 +179,6 @@ def batched_loss(stack: Stack, inputs: dict, prompt: int, ppc_weight: float):
     return loss, ~wrong
 
 
-def vmapped_loss(stack: Stack, inputs: dict, prompt: int, ppc_weight: float):
-    """`batched_loss` by `torch.func.vmap` of the one-model Transformer over the stacked
-    parameters: the other mechanism, kept for the benchmark that compares the two."""
-    params = dict(zip(stack.names, stack.params, strict=True))
-
-    def one(params, buffers, inp):
-        return _one_model_loss(stack.base, {**params, **buffers}, inp, prompt, ppc_weight)
-
-    losses, correct = vmap(one)(params, stack.buffers, inputs)
-    return losses, correct
-
-
-def _one_model_loss(base, params: dict, inputs: dict, prompt: int, ppc_weight: float):
-    """One model's loss and per-example correctness on its packed batch (under vmap)."""
-    with _reparametrize_module(base, params):
-        return _one_model_loss_of(base, inputs, prompt, ppc_weight)
-
-
-def _one_model_loss_of(base, inputs: dict, prompt: int, ppc_weight: float):
-    with devices.autocast(inputs["tokens"].device):
-        h = base.features(inputs["tokens"], inputs["ids"], segments=inputs["segments"])
-        h = h.flatten(0, 1)[inputs["where"]]  # (B, T, C): each example's states, unpacked
-        logits = base.head(h)
-    mask, targets = inputs["mask"], inputs["targets"]
-    loss = _masked_ce(logits[None], targets[None], mask[None])[0]
-    wrong = ((logits.argmax(-1) != targets) & mask).any(dim=1)
-    if base.cfg.position_head != "none":
-        fed, pointer, ids = inputs["pointer"] >= 0, inputs["pointer"], inputs["all_ids"]
-        if base.cfg.position_head == "pointer":
-            scores = pointer_scores(base, h, ids[:, :-1], h[:, :prompt], ids[:, :prompt], inputs["answer_start"])
-            target = pointer
-        else:
-            scores, target = base.id_head(h).float(), ids[:, 1:]
-        loss = loss + ppc_weight * _masked_ce(scores[None], target[None], fed[None])[0]
-        wrong = wrong | ((scores.argmax(-1) != target) & fed).any(dim=1)
-    return loss, ~wrong
-
-
 def clip_per_model(grads: list[torch.Tensor], max_norm: float) -> None:
     """`clip_grad_norm_` for each model of the stack on its own (leading axis: the model)."""
     norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads]).norm(dim=0)  # (M,)
@@ -226,13 +187,12 @@ def clip_per_model(grads: list[torch.Tensor], max_norm: float) -> None:
         g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
 
 
-def stacked_step(stack: Stack, batches: list[dict], lr: float, grad_clip: float, dev, opts: dict,
-                 loss_fn=batched_loss):
+def stacked_step(stack: Stack, batches: list[dict], lr: float, grad_clip: float, dev, opts: dict):
     """One AdamW step of every model in the stack; their losses and batch accuracies (lists)."""
     inputs = stacked_inputs(batches, dev, opts["copy"])
     prompt = max(int(b["answer_start"].max()) for b in batches)
     stack.opt.param_groups[0]["lr"] = lr
-    losses, correct = loss_fn(stack, inputs, prompt, opts["ppc_weight"])
+    losses, correct = batched_loss(stack, inputs, prompt, opts["ppc_weight"])
     values = losses.tolist()
     if all(math.isfinite(v) for v in values):
         stack.opt.zero_grad(set_to_none=True)

@@ -41,6 +41,8 @@ except UserError as err:
     sys.exit(f"lengthgen: error: {err}")  # one line, no traceback, nothing written
 
 RESULTS = CONFIG["results_dir"]
+# Jobs that may share one GPU (lengthgen.device claims a slot of one); jobs inherit it.
+os.environ.update(LENGTHGEN_GPU_JOBS=str(CONFIG["gpu_jobs"]))
 # Where a job may remove an intermediate it fails to read, so that a rerun rebuilds it
 # (lengthgen.fileio.read_intermediate); inherited by jobs as PYTHONPATH is.
 os.environ.update(LENGTHGEN_RESULTS=os.path.abspath(RESULTS))

@@ -1,12 +1,15 @@
-# Training: one job per (task, scheme, seed) cell, or with `stack` > 1 one job per fixed block
-# of seeds of a (task, scheme), trained as one stacked model and writing every seed's files.
+# Training: one job per (task, scheme, seed) cell, or with stacking (`stack` > 1, or `auto` on
+# CUDA) one job per fixed block of seeds of a (task, scheme), trained as one stacked model and
+# writing every seed's files.
 # The resumable checkpoint lives outside the declared outputs (Snakemake deletes those before a
 # rerun) and is removed on success.
 
 import re
 import shlex
 
-if CONFIG["stack"] == 1:
+STACK = {task["name"]: lgconfig.stack_size(CONFIG, task) for task in CONFIG["tasks"]}
+
+if set(STACK.values()) == {1}:
 
     rule train:
         input:
@@ -40,7 +43,7 @@ else:
     # seeds adds blocks and leaves full blocks cached.
     _TASKS_OF_BLOCK = {}
     for _task in CONFIG["tasks"]:
-        for _block in lgconfig.seed_blocks(_task["seeds"], CONFIG["stack"]):
+        for _block in lgconfig.seed_blocks(_task["seeds"], STACK[_task["name"]]):
             _TASKS_OF_BLOCK.setdefault(tuple(_block), []).append(_task["name"])
 
     for _block, _tasks in _TASKS_OF_BLOCK.items():
