@@ -21,12 +21,13 @@ def summary_cell(summary_md, task: str, row: list[str], column: str) -> str:
     return cells[header.index(column)]
 
 
-@pytest.mark.parametrize(("task", "scheme", "length"), [("scratchpad_parity", "pc", 32),
-                                                        ("sparse_parity_k3", "rope", 96)])
-def test_load_sweep_reproduces_the_committed_summary(task, scheme, length):
+@pytest.mark.parametrize(("task", "scheme", "length", "k"), [("scratchpad_parity", "pc", 32, None),
+                                                             ("sparse_parity", "rope", 96, 3)])
+def test_load_sweep_reproduces_the_committed_summary(task, scheme, length, k):
     """The README's example: a summary cell is the mean ± std over seeds of load_sweep's rows."""
     sweep = lengthgen.load_sweep(REPO / "results")
     cell = sweep.query(f"task == '{task}' and scheme == '{scheme}' and length == {length}")
+    cell = cell if k is None else cell[cell["k"] == k]
     assert cell["seed"].nunique() == len(cell) > 1
     key = [scheme] if task == "scratchpad_parity" else [scheme, str(int(cell["k"].iloc[0]))]
     expected = summary_cell(REPO / "results/tables/summary.md", task, key, f"n={length}")

@@ -38,7 +38,7 @@ def test_verdict_counts_every_result_a_scorecard_holds():
     assert verdict_table(rows).splitlines() == [
         "| claim | experiments | verdict | checks | PASS | FAIL | INCONCLUSIVE | N/A |",
         "|---|---|---|---|---|---|---|---|",
-        "| 1 sparsity | E1 | not reproduced (2 PASS, 1 FAIL, 1 INCONCLUSIVE) | 4 | 2 | 1 | 1 | 0 |",
+        "| 1 sparsity | E1 | partly reproduced (2 PASS, 1 FAIL, 1 INCONCLUSIVE) | 4 | 2 | 1 | 1 | 0 |",
         "| 2 coupling | E2, E3 | reproduced (1 PASS) | 1 | 1 | 0 | 0 | 0 |",
         "| 3 language | E4 | not measured | 1 | 0 | 0 | 0 | 1 |",
     ]

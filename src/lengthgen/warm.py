@@ -84,16 +84,16 @@ def forward(argv: list[str]) -> int | None:
         conn.close()
         return None
     # A signal that ends this process ends the worker too: it watches this end of the socket.
-    # Ctrl-C or Snakemake's SIGTERM ends the wait in one line, not a traceback in the job's log.
-    handlers = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
+    # Ctrl-C ends the wait in one line, not a KeyboardInterrupt traceback in the job's log;
+    # SIGTERM ends this process by the signal, silently, as it ends a cold job.
+    handler = signal.signal(signal.SIGINT, _interrupt)
     try:
         status = _reply(replies)
     except _Interrupted as sig:
         conn.close()
         return interrupted(sig.args[0])
     finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+        signal.signal(signal.SIGINT, handler)
     if "exit" not in status:
         print("lengthgen: error: the warm-start worker ended without an exit status (killed?)", file=sys.stderr)
         return 1
