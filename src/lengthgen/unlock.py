@@ -108,10 +108,12 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m lengthgen.unlock snakemake [ARGS...]", file=sys.stderr)
         return 2
-    code = clear_stale_lock(argv, Path.cwd())
-    if code:
-        return code
-    return run(argv)
+    try:
+        code = clear_stale_lock(argv, Path.cwd())
+        return code or run(argv)
+    except FileNotFoundError:
+        print(f"lengthgen: error: {argv[0]}: command not found (is the virtual environment on PATH?)", file=sys.stderr)
+        return 127
 
 
 def run(argv: list[str]) -> int:
@@ -127,9 +129,6 @@ def run(argv: list[str]) -> int:
     try:
         child = subprocess.Popen(argv)
         code = child.wait()
-    except FileNotFoundError:
-        print(f"lengthgen: error: {argv[0]}: command not found (is the virtual environment on PATH?)", file=sys.stderr)
-        return 127
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
