@@ -17,6 +17,7 @@ from lengthgen.errors import UserError  # noqa: E402
 from lengthgen.fileio import canonical_json  # noqa: E402
 from snakemake.settings.types import DeploymentMethod  # noqa: E402
 
+
 def _refuse_subdirectory():
     """A run from inside the checkout but not at its root (`snakemake -s ../Snakefile` from
     workflow/) would write results and resources/ there: refuse. From outside the checkout
