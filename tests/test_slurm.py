@@ -299,8 +299,9 @@ def test_slurm_profile_resources_by_dry_run(workflow_copy):
     assert cpu["train"]["runtime"] == "240" and cpu["train"]["mem_mb"] == "8000" and cpu["train"]["gpu"] == "0"
     assert cpu["length_sweep"]["runtime"] == "30" and cpu["length_sweep"]["gpu"] == "0"
     assert cpu["generate_dataset"]["runtime"] == "30" and "gpu" not in cpu["generate_dataset"]
-    gpu = planned("--config", "device=cuda")
-    assert gpu["train"]["gpu"] == "1" and gpu["length_sweep"]["gpu"] == "1"
+    gpu = planned("--config", "device=cuda")  # stack: auto, so training is one stacked job per (task, scheme)
+    stacked = [rule for rule in gpu if rule.startswith("train_seeds_")]
+    assert stacked and all(gpu[rule]["gpu"] == "1" for rule in stacked) and gpu["length_sweep"]["gpu"] == "1"
 
 
 @pytest.mark.slurm

@@ -82,12 +82,12 @@ def scorecard(claims_csv) -> str:
     tally = (_tally("the paper's claims", df.loc[paper, "result"].value_counts())
              + (_tally("beyond the paper", df.loc[~paper, "result"].value_counts()) if (~paper).any() else ""))
     tests = "ci_low" in df.columns  # a scorecard of statistical tests: interval, p and units
-    by_exp = "experiment" in df.columns
-    header = ["claim", *(["experiment"] if by_exp else []), "check", "value", *(["95% CI", "p", "n"] if tests else []),
-              "threshold", "result", "detail"]
+    # no experiment column: the verdict lines above name each experiment, and a column would widen
+    # the page past a 1,400 px window
+    header = ["claim", "check", "value", *(["95% CI", "p", "n"] if tests else []), "threshold", "result", "detail"]
 
     def cells(r: dict) -> list[tuple[str, str]]:
-        out = [(r["claim"], ""), *([(r["experiment"], "")] if by_exp else []), (r["check"], ""), (r["value"], "num")]
+        out = [(r["claim"], ""), (r["check"], ""), (r["value"], "num")]
         if tests:
             ci = f"[{r['ci_low']}, {r['ci_high']}]" if r["ci_low"] else ""
             out += [(ci, "num"), (r["p"], "num"), (r["n"], "num")]
