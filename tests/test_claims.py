@@ -239,7 +239,16 @@ def test_scratchpad_unfit_index_baseline_is_inconclusive_never_pass():
     rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc", "rope"])}, COUPLING, ST)
     assert verdicts(rows) == {"pc (pc) exact match, fitted seeds": "PASS",
                               "rope (index) exact match, fitted seeds": "INCONCLUSIVE"}
-    assert rows[-1]["detail"] == "no seed fits at 1x; left out, unfit at 1x: seed0 0.00, seed1 0.05, seed2 0.20"
+    assert rows[-1]["detail"] == ("unfit at 1x: rope 0.05 (min 0.00); left out, unfit at 1x: seed0 0.00, seed1 0.05, "
+                                  "seed2 0.20")
+
+
+def test_scratchpad_one_fitted_seed_of_three_is_no_fitted_scheme():
+    """rope fits in one seed of three (median 0.94): its row never rests on that one model."""
+    df = coupling_sweep("e2", {("pc", 10): [1, 1, 1], ("pc", 20): [1, 1, 1],
+                               ("rope", 10): [0.91, 0.94, 1.0], ("rope", 20): [0.0, 0.0, 0.0]})
+    rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc", "rope"])}, COUPLING, ST)
+    assert rows[-1]["result"] == "INCONCLUSIVE" and rows[-1]["n"] == 1
 
 
 def test_scratchpad_compares_fitted_seeds_only_seed_by_seed():

@@ -296,16 +296,17 @@ def _fit_summary(label: str, n_max: int, schemes: dict, cfg: dict) -> dict:
 
 
 def _parity_row(where: str, s: _Scheme, role: str, cfg: dict, st: dict) -> dict:
-    """One scheme's exact match over its fitted seeds only, judged on its interval."""
+    """One scheme's exact match over its fitted seeds only, judged on its interval; INCONCLUSIVE
+    unless the scheme fits (its median seed does)."""
     coupled = role != "index"
     direction, threshold = (">=", cfg["coupled_min"]) if coupled else ("<=", cfg["index_max"])
     check = f"{where}: {s.name} ({role}) exact match, fitted seeds"
     seeds = s.fit_seeds(cfg["fit_min"])
     unfit = [f"seed{seed} {s.fit_by_seed[seed]:.2f}" for seed in s.fit_by_seed.index if seed not in seeds]
     left_out = f"; left out, unfit at 1x: {', '.join(unfit)}" if unfit else ""
-    if not seeds:
+    if not s.fits or not seeds:  # the scheme fits when its median seed does: one fitted seed is not a scheme
         return _row("2 coupling", check, math.nan, f"{direction} {threshold}", INCONCLUSIVE,
-                    f"no seed fits at 1x{left_out}", n=0)
+                    f"unfit at 1x: {s.fit_note()}{left_out}", n=len(seeds))
     value, ci = float(s.acc[seeds].mean()), stats.percentile_ci(s.draws(st, seeds), st["level"])
     per_seed = ", ".join(f"{s.acc[seed]:.3f}" for seed in seeds)
     return _row("2 coupling", check, value, f"{direction} {threshold} (interval)",

@@ -29,12 +29,15 @@ def _claims(results: Path) -> pd.DataFrame:
 
 def e1_means(results: Path) -> str:
     """Mean accuracy over the fitted E1 models per scheme and k at each test length."""
+    import yaml
+
     from lengthgen import claims
 
-    sweep = read_sweep(results / "tables/length_sweep.csv")
-    sweep = sweep[sweep["task"].str.startswith("sparse_parity")]
-    train_max = int(sweep["length"].min())
-    sweep = sweep[claims.fitted(sweep, train_max, 0.95)]
+    cfg = yaml.safe_load((results / "config.yaml").read_text(encoding="utf-8"))  # the run's own config
+    tasks = [t for t in cfg["tasks"] if t["kind"] == "sparse_parity"]
+    train_max = max(t["params"]["n_max"] for t in tasks)
+    sweep = read_sweep(results / "tables/length_sweep.csv", [t["name"] for t in tasks])
+    sweep = sweep[claims.fitted(sweep, train_max, cfg["claims"]["sparsity"]["fit_min"])]
     means = sweep.groupby(["scheme", "k", "length"])["accuracy"].mean().unstack("length")
     models = sweep.groupby(["scheme", "k"])[["task", "seed"]].apply(lambda g: len(g.drop_duplicates()))
     lengths = list(means.columns)
