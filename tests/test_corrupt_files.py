@@ -263,3 +263,21 @@ def test_verdict_of_a_damaged_scorecard_names_it_and_the_line(tmp_path, damage, 
     assert main([str(bad)]) == 2
     captured = capsys.readouterr()
     assert captured.err == f"lengthgen: error: {bad}: {words}, expected a scorecard\n" and captured.out == ""
+
+
+def test_a_checkpoint_on_a_full_disk_names_the_checkpoint(tmp_path, monkeypatch):
+    """torch.save's own file writer reports a full disk as a RuntimeError naming no file;
+    save_tensors serializes in memory, so the write's OSError names the checkpoint."""
+    import pathlib
+
+    from lengthgen.loop import save_tensors
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pathlib.Path, "write_bytes", full)
+    out = tmp_path / "runs" / "model.pt"
+    with pytest.raises(WriteFailed) as err:
+        save_tensors(out, {"w": torch.zeros(3)})
+    assert str(err.value).startswith(f"{out}: cannot write: No space left on device (")
+    assert not out.exists() and not list(out.parent.iterdir())

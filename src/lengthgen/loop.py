@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import pickle
 from pathlib import Path
@@ -126,6 +127,15 @@ def load_checkpoint(path: Path, fingerprint: str, log) -> dict | None:
     return state
 
 
-def save_checkpoint(path: Path, **state) -> None:
+def save_tensors(path: Path, state: dict) -> None:
+    """torch.save through atomic_path. The bytes are serialized in memory first: torch's own
+    file writer reports a full disk as a RuntimeError naming no file, a plain write as the
+    OSError that atomic_path turns into one line naming `path`."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
     with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+        tmp.write_bytes(buffer.getbuffer())
+
+
+def save_checkpoint(path: Path, **state) -> None:
+    save_tensors(path, state)

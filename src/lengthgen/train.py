@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from lengthgen import datasets, positions, progress, tasks
 from lengthgen import device as devices
 from lengthgen.errors import TrainingDiverged, UserError
-from lengthgen.fileio import atomic_path, canonical_json, write_parquet, write_text
-from lengthgen.loop import adamw, load_checkpoint, lr_at, save_checkpoint
+from lengthgen.fileio import canonical_json, write_parquet, write_text
+from lengthgen.loop import adamw, load_checkpoint, lr_at, save_checkpoint, save_tensors
 from lengthgen.model import ModelConfig, Transformer, param_count, pointer_scores
 
 
@@ -262,9 +262,9 @@ def _write_outputs(model, cell, meta, rows, out_dir: Path, dev, code_digest, sto
         "final_accuracy": float(np.mean(history["accuracy"][-20:])) if rows else float("nan"),
     }
     task = {k: meta[k] for k in ("task", "kind", "params", "vocab")}
-    with atomic_path(out_dir / "model.pt") as tmp:
-        state = {k: v.cpu() for k, v in model.state_dict().items()}
-        torch.save({"model_args": model.cfg.to_dict(), "state_dict": state, "cell": cell, "task": task, **summary}, tmp)
+    state = {k: v.cpu() for k, v in model.state_dict().items()}
+    checkpoint = {"model_args": model.cfg.to_dict(), "state_dict": state, "cell": cell, "task": task, **summary}
+    save_tensors(out_dir / "model.pt", checkpoint)
     write_parquet(out_dir / "train_log.parquet", history)
     info = {
         "cell": cell,

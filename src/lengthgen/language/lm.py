@@ -24,7 +24,7 @@ from lengthgen.errors import TrainingDiverged
 from lengthgen.fileio import atomic_path, canonical_json, write_text
 from lengthgen.language import tokenizer as tokenizers
 from lengthgen.language.loss import next_token_loss
-from lengthgen.loop import adamw, load_checkpoint, load_tensors, lr_at, save_checkpoint
+from lengthgen.loop import adamw, load_checkpoint, load_tensors, lr_at, save_checkpoint, save_tensors
 from lengthgen.model import ModelConfig, Transformer, param_count
 
 
@@ -160,10 +160,9 @@ def micro_batches(batch: int, spec: dict) -> list[slice]:
 def _write_outputs(model, spec, tok, tokens_meta, rows, out_dir: Path, dev, code_digest) -> None:
     log_df = pd.DataFrame(rows, columns=["step", "loss", "lr", "validation_loss"])
     final = float(log_df["validation_loss"].dropna().iloc[-1])
-    with atomic_path(out_dir / "model.pt") as tmp:
-        state = {k: v.cpu() for k, v in model.state_dict().items()}
-        torch.save({"model_args": model.cfg.to_dict(), "state_dict": state, "spec": spec,
-                    "tokenizer_sha256": tok.sha256, "validation_loss": final}, tmp)
+    state = {k: v.cpu() for k, v in model.state_dict().items()}
+    save_tensors(out_dir / "model.pt", {"model_args": model.cfg.to_dict(), "state_dict": state, "spec": spec,
+                                        "tokenizer_sha256": tok.sha256, "validation_loss": final})
     with atomic_path(out_dir / "train_log.parquet") as tmp:
         log_df.to_parquet(tmp, index=False)
     info = {
