@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -187,6 +188,15 @@ def make_cell(task="tiny", scheme="rope", seed=0, encoding=None, model=None, dev
 
 
 # -- fixtures -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def short_tmp():
+    """A temporary directory with a short path, for a warm-start server's socket: pytest's
+    tmp_path can be longer than the 107 bytes a Unix socket's path takes."""
+    path = Path(tempfile.mkdtemp(prefix="lg-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
