@@ -50,6 +50,18 @@ TINY_MODEL = {"n_layer": 1, "d_model": 16, "n_head": 2, "d_ff": 32, "dropout": 0
 SPARSE_PARITY_DEFAULTS = {"k": 1, "k_mode": "fixed", "n_min": 10, "n_max": 20, "locality": None}
 
 
+# The modules that take minutes, longest first. `make test` runs the files on two workers
+# (pytest-xdist, one file per worker at a time), which take them in collection order: started
+# last, the longest would run alone at the end.
+LONGEST_FIRST = ("test_workflow.py", "test_identity.py", "test_slurm.py", "test_fresh_clone.py", "test_stacked.py",
+                 "test_unlock.py", "test_resume.py")
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its order
+
+
 def pytest_sessionstart(session) -> None:
     """Undo what a SLURM test run killed mid-test left: its daemons, and its configuration link,
     which names a controller that is gone (every Snakemake start below would wait ~9 s for it)."""
