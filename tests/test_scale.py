@@ -2,9 +2,12 @@
 model size, the size interaction (grows, shrinks, no change), the needle rows, and that none
 of them counts toward the paper's claims."""
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import run_snakemake
 from test_claims import ST, mixture_sweep
 
 from lengthgen import scale
@@ -74,3 +77,14 @@ def test_needle_rows_run_claim_1s_rule_and_never_count_as_the_papers(tmp_path):
     assert verdict(rows, scale.NEEDLE).startswith("beyond the paper, not one of its claims (1 PASS")
     write_scorecard(rows, tmp_path / "claims.csv", tmp_path / "claims.md")
     assert "- analysis needle: beyond the paper" in (tmp_path / "claims.md").read_text()
+
+
+@pytest.mark.workflow
+def test_the_scale_config_plans_three_sizes_the_needle_and_their_figures(tmp_path):
+    done = run_snakemake(tmp_path, "-n", "--forceall", "-c2", "-p", "--configfile", "config/scale.yaml")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout + done.stderr
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+    assert counts["train"] == "48" and counts["figure_scale"] == "1" and counts["figure_needle"] == "1"
+    sizes = '{"sparse_parity":"2x64","sparse_parity_3x96":"3x96","sparse_parity_4x128":"4x128"}'
+    assert f"--scale '{sizes}'" in out and "--sparse-tasks sparse_parity " in out

@@ -148,8 +148,9 @@ def scale(sweep_csv, sizes: dict[str, str], train_max: int, out, cfg: dict, st: 
     grid.set_titles(col_template="{col_name}")
     grid.set_axis_labels("k (sparsity)", f"mean accuracy, n >= {cfg['min_length_ratio']:g}x")
     grid.legend.set_title("layers x width")
-    grid.figure.suptitle("Beyond the paper: the sparsity effect per model size (fitted models; band = bootstrap "
-                         "95% CI of the mean)", y=1.04)
+    sns.move_legend(grid, "lower left", bbox_to_anchor=(0.2, 0.17), frameon=True)  # where k = 1 leaves room
+    grid.figure.suptitle("Beyond the paper: the sparsity effect per model size\n(fitted models; band = bootstrap "
+                         "95% CI of the mean)", y=1.08)
     _save(grid, out)
 
 

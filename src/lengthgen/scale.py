@@ -46,7 +46,8 @@ def scale_checks(sweep: pd.DataFrame, sizes: dict[str, str], train_max: int, cfg
             enough = mine.groupby("k").size().reindex(ks, fill_value=0).min() >= cfg["min_models_per_k"]
             if draws is not None and len(ks) >= 2 and enough:  # the per-size rule's own minimum
                 means = mine.groupby("k")["accuracy"].mean()
-                effects[size] = (float(means[ks[0]] - means[ks[-1]]), draws[ks[0]] - draws[ks[-1]])
+                models = len(mine[["task", "seed"]].drop_duplicates())
+                effects[size] = (float(means[ks[0]] - means[ks[-1]]), draws[ks[0]] - draws[ks[-1]], models)
         rows.append(_interaction_row(scheme, order, effects, st))
     return claims.tag(rows, "E1 scale")
 
@@ -62,7 +63,7 @@ def _interaction_row(scheme: str, order: list[str], effects: dict, st: dict) -> 
     reading = "grows with size" if ci[0] > 0 else "shrinks with size" if ci[1] < 0 else "no change shown"
     per_size = ", ".join(f"{s}: {effects[s][0]:.3f}" for s in order if s in effects)
     return claims.make_row(SCALE, check, effects[large][0] - effects[small][0], "CI excludes 0", claims.DESCRIPTIVE,
-                           f"{reading}; effect per size: {per_size}", ci)
+                           f"{reading}; effect per size: {per_size}", ci, n=effects[large][2] + effects[small][2])
 
 
 def needle_checks(sweep: pd.DataFrame, needle: dict[str, int], cfg: dict, st: dict) -> list[dict]:
