@@ -6,6 +6,7 @@ import pytest
 from conftest import sparse_parity_task
 
 from lengthgen import tasks
+from lengthgen.tasks import needle
 from lengthgen.tasks import scratchpad_parity as e2
 from lengthgen.tasks import sparse_parity as e1
 from lengthgen.tasks import variable_assignment as e3
@@ -44,9 +45,12 @@ def _tasks():
     params = {"n_min": 2, "n_max": 6, "depth_min": 1, "depth_max": 3, "distractor_depth_max": 2, "variables": 24,
               "answer_format": "chain"}
     yield e3, params, {"lengths": [6, 12], "examples": 20}
+    params = {"k": 3, "k_mode": "mixture", "n_min": 8, "n_max": 12, "base": 4, "keys": 8, "filler": 4, "distractors": 1}
+    yield needle, params, {"lengths": [12, 30], "examples": 20, "k": None}
 
 
-@pytest.mark.parametrize("case", list(_tasks()), ids=["sparse_parity", "scratchpad_parity", "variable_assignment"])
+@pytest.mark.parametrize("case", list(_tasks()), ids=["sparse_parity", "scratchpad_parity", "variable_assignment",
+                                                      "needle"])
 def test_generated_targets_follow_from_their_dependencies(case):
     module, params, eval_cfg = case
     assert tasks.get(module.__name__.rsplit(".", 1)[1]) is module
@@ -59,5 +63,9 @@ def test_generated_targets_follow_from_their_dependencies(case):
                 assert len(d) == params["k"] and tokens[t] - e1.ZERO == sum(tokens[j] - e1.PLANTED_ZERO for j in d) % 2
             elif module is e2:  # s_i = b_i xor s_{i-1}
                 assert tokens[t] - e2.ZERO == sum(tokens[j] - e2.ZERO for j in d) % 2
+            elif module is needle:  # y is the sum mod base of the values, each right after a queried key
+                query = tokens[list(tokens).index(needle.QUERY) + 1 : start - 1]
+                assert sorted(tokens[j - 1] for j in d) == sorted(query)
+                assert tokens[t] - needle.DIGIT == sum(tokens[j] - needle.DIGIT for j in d) % params["base"]
             else:  # the statement's left side is the variable looked up (the token before), right side the answer
                 assert tokens[d[0]] == tokens[t - 1] and tokens[d[2]] == tokens[t] and tokens[d[3]] == e3.SEMI

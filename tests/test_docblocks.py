@@ -19,7 +19,7 @@ def test_results_md_quotes_the_default_and_the_replicate_from_blocks(repo):
     blocks = docblocks.BLOCK.findall((repo / "docs/results.md").read_text())
     assert {(name, results) for _, name, results, _, _ in blocks} >= {
         ("e1-means", "results"), ("claim1", "results"), ("claim-words", "results"),
-        ("claim-words", "results-replicate")}
+        ("claim-words", "results-replicate"), ("scale", "results-scale"), ("needle", "results-scale")}
 
 
 def test_a_block_is_rewritten_and_an_unknown_one_is_named(repo, tmp_path):

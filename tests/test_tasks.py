@@ -201,3 +201,15 @@ def test_check_rejects_impossible_settings():
 def test_registry_unknown_kind():
     with pytest.raises(UserError, match=r"tasks\[3\]\.kind: unknown task kind 'parity'"):
         tasks.get("parity", where="tasks[3].kind")
+
+
+CONTRACT = ("vocab", "seq_len", "gap_after", "check", "eval_k", "generate_train", "generate_test", "dependencies")
+
+
+@pytest.mark.parametrize("kind", sorted(tasks.REGISTRY))
+def test_every_registered_kind_has_the_contract_and_a_params_schema(kind, schema):
+    module = tasks.get(kind)
+    assert all(callable(getattr(module, name, None)) for name in CONTRACT)
+    assert module.GROUP[0] == "length" and isinstance(module.COUPLED, bool)
+    assert f"{kind}_params" in schema["$defs"]  # config.validate looks the parameters' schema up by kind
+    assert kind in schema["$defs"]["task"]["properties"]["kind"]["description"]

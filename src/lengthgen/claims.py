@@ -24,7 +24,7 @@ DESCRIPTIVE, NOT_MEASURED = "descriptive", "N/A"
 COLUMNS = ["claim", "experiment", "check", "value", "ci_low", "ci_high", "p", "n", "threshold", "result", "detail"]
 
 
-def _row(claim, check, value, threshold, result, detail, ci=(math.nan, math.nan), p=math.nan, n=0) -> dict:
+def make_row(claim, check, value, threshold, result, detail, ci=(math.nan, math.nan), p=math.nan, n=0) -> dict:
     return {"claim": claim, "experiment": "", "check": check, "value": _r(value), "ci_low": _r(ci[0]),
             "ci_high": _r(ci[1]), "p": _r(p), "n": int(n), "threshold": threshold, "result": result, "detail": detail}
 
@@ -72,7 +72,7 @@ def claim1_points(sweep: pd.DataFrame, train_max: int, cfg: dict) -> pd.DataFram
 
 
 def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int, cfg: dict, st: dict) -> list[dict]:
-    """Claim 1, one verdict per scheme over every k of the grid (`_trend_row`), then, as
+    """Claim 1, one verdict per scheme over every k of the grid (`trend_row`), then, as
     descriptive rows, the adjacent contrasts k against k + 1 with model-level intervals and the
     per-length means."""
     sweep = sweep[sweep["task"].isin(sparse_tasks)]
@@ -81,14 +81,14 @@ def sparsity_checks(sweep: pd.DataFrame, sparse_tasks: list[str], train_max: int
     long = sorted(n for n in sweep["length"].unique() if n >= cfg["min_length_ratio"] * train_max)
     if not long:
         longest = int(sweep["length"].max()) if len(sweep) else 0
-        return tag(rows + [_row("1 sparsity", f"no test length >= {cfg['min_length_ratio']:g}x the training length "
+        return tag(rows + [make_row("1 sparsity", f"no test length >= {cfg['min_length_ratio']:g}x the training length "
                                 f"{train_max}", math.nan, "-", NOT_MEASURED, f"longest test length {longest}")], "E1")
     points = claim1_points(sweep, train_max, cfg)
     for scheme, g in sweep.groupby("scheme", sort=True):
         mine = points[points["scheme"] == scheme]
         ks = sorted(int(k) for k in g["k"].dropna().unique())
         draws = k_draws(mine, ks, st)
-        rows.append(_trend_row(scheme, g, mine, ks, draws, cfg, st))
+        rows.append(trend_row(scheme, g, mine, ks, draws, cfg, st))
         rows += _adjacent_rows(scheme, mine, ks, draws, cfg, st)
         rows += _length_rows(scheme, g[g["fits"]], long, train_max)
     return tag(rows, "E1")
@@ -98,7 +98,7 @@ def _fit_row(sweep: pd.DataFrame, train_max: int, fit_min: float) -> dict:
     """How many models fit their training lengths (every k at the longest), per scheme and k."""
     at = sweep[sweep["length"] == train_max]
     if at.empty:
-        return _row("1 sparsity", f"models that fit at n={train_max} (1x)", math.nan, "-", NOT_MEASURED,
+        return make_row("1 sparsity", f"models that fit at n={train_max} (1x)", math.nan, "-", NOT_MEASURED,
                     f"no test length equals the longest training length {train_max}")
     acc = _model_accuracy_at(sweep, train_max)
     fits = at.groupby(["scheme", "k", "task", "seed"])["accuracy"].mean().ge(fit_min)
@@ -107,7 +107,7 @@ def _fit_row(sweep: pd.DataFrame, train_max: int, fit_min: float) -> dict:
                       for scheme, c in counts.groupby(level="scheme"))
     low = acc[acc < fit_min]
     below = ", ".join(f"{t}/{s}/seed{seed} {a:.3f}" for (t, s, seed), a in low.items())
-    return _row("1 sparsity", f"models that fit at n={train_max} (1x, every k): fraction", (acc >= fit_min).mean(),
+    return make_row("1 sparsity", f"models that fit at n={train_max} (1x, every k): fraction", (acc >= fit_min).mean(),
                 f">= {fit_min} each", DESCRIPTIVE, f"fitted per k: {rates}" + (f"; below: {below}" if below else ""),
                 n=len(acc))
 
@@ -137,7 +137,7 @@ def _blocks(points: pd.DataFrame) -> pd.Series:
     return model.where(several, "one k per model")
 
 
-def _trend_row(scheme: str, g: pd.DataFrame, points: pd.DataFrame, ks: list[int], draws, cfg: dict,
+def trend_row(scheme: str, g: pd.DataFrame, points: pd.DataFrame, ks: list[int], draws, cfg: dict,
                st: dict) -> dict:
     """The scheme's verdict over the grid's k (registered in docs/protocol.md): PASS when
     Spearman(k, point) is negative with one-sided permutation p <= alpha AND the effect
@@ -154,18 +154,18 @@ def _trend_row(scheme: str, g: pd.DataFrame, points: pd.DataFrame, ks: list[int]
     unfit = model_names(g[~g["fits"]])
     left_out = f"; left out, unfit: {unfit}" if unfit else ""
     if len(ks) < 2 or (counts < cfg["min_models_per_k"]).any() or draws is None:
-        return _row("1 sparsity", check, math.nan, threshold, INCONCLUSIVE,
+        return make_row("1 sparsity", check, math.nan, threshold, INCONCLUSIVE,
                     f"fitted models per k: {_counts(counts)}; needs {cfg['min_models_per_k']} at every k of "
                     f"two or more" + left_out, n=len(points))
     t = trend_test(points, ks, draws, cfg, st)
     design = "within-model permutation (mixture)" if t["paired"] else "permutation over models"
     detail = (f"Spearman {t['rho']:.3f} ({design}); " + ", ".join(f"k={k}: {t['means'][k]:.3f}" for k in ks)
               + f"; models per k: {_counts(counts)}{left_out}")
-    return _row("1 sparsity", check, t["effect"], threshold, t["result"], detail, t["ci"], t["p"], n=len(points))
+    return make_row("1 sparsity", check, t["effect"], threshold, t["result"], detail, t["ci"], t["p"], n=len(points))
 
 
 def trend_test(points: pd.DataFrame, ks: list[int], draws: pd.DataFrame, cfg: dict, st: dict) -> dict:
-    """The registered claim-1 rule on one scheme's points (see `_trend_row`); the scorecard and
+    """The registered claim-1 rule on one scheme's points (see `trend_row`); the scorecard and
     the sparsity_test figure both call it, so they cannot disagree."""
     blocks = _blocks(points)
     rho, p_less = stats.block_permutation_spearman(points["k"], points["accuracy"], blocks, "less", st["n_perm"],
@@ -193,7 +193,7 @@ def _adjacent_rows(scheme: str, points: pd.DataFrame, ks: list[int], draws, cfg:
     rows = []
     for a, b in itertools.pairwise(ks):
         ci = stats.percentile_ci(draws[a] - draws[b], st["level"])
-        rows.append(_row("1 sparsity", f"{scheme}: acc(k={a}) - acc(k={b}) at n >= {cfg['min_length_ratio']:g}x",
+        rows.append(make_row("1 sparsity", f"{scheme}: acc(k={a}) - acc(k={b}) at n >= {cfg['min_length_ratio']:g}x",
                          means[a] - means[b], "-", DESCRIPTIVE, f"k={a}: {means[a]:.3f}, k={b}: {means[b]:.3f}", ci,
                          n=int((points["k"] == a).sum() + (points["k"] == b).sum())))
     return rows
@@ -206,7 +206,7 @@ def _length_rows(scheme: str, fit: pd.DataFrame, long: list[int], train_max: int
         detail = ", ".join(f"k={int(k)}: {v:.3f}" for k, v in by_k.items())
         drop = by_k.iloc[0] - by_k.iloc[-1] if len(by_k) else math.nan
         models = len(fit.loc[fit["length"] == n, ["task", "seed"]].drop_duplicates())
-        rows.append(_row("1 sparsity", f"{scheme} at n={n} ({n / train_max:g}x): mean accuracy, smallest k - "
+        rows.append(make_row("1 sparsity", f"{scheme} at n={n} ({n / train_max:g}x): mean accuracy, smallest k - "
                          "largest k", drop, "-", DESCRIPTIVE, detail, n=models))
     return rows
 
@@ -277,7 +277,7 @@ def _task_coupling_rows(sweep: pd.DataFrame, task: str, info: dict, cfg: dict, s
     where = f"{label} at n={n} ({cfg['length_ratio']:g}x)"
     lengths = set(sweep.loc[sweep["task"] == task, "length"])
     if n not in lengths or n_max not in lengths:
-        return [_row("2 coupling", f"{where}: not tested", math.nan, "-", NOT_MEASURED,
+        return [make_row("2 coupling", f"{where}: not tested", math.nan, "-", NOT_MEASURED,
                      f"add {n_max} and {n} to eval.lengths")]
     names = sorted(sweep.loc[sweep["task"] == task, "scheme"].unique())
     schemes = {s: _Scheme(sweep, task, s, n_max, n, cfg["fit_min"]) for s in names}
@@ -291,7 +291,7 @@ def _task_coupling_rows(sweep: pd.DataFrame, task: str, info: dict, cfg: dict, s
 def _fit_summary(label: str, n_max: int, schemes: dict, cfg: dict) -> dict:
     fit = [s for s in schemes.values() if s.fits]
     detail = "median (min) over seeds: " + ", ".join(s.fit_note() for s in schemes.values())
-    return _row("2 coupling", f"{label} at n={n_max} (1x): schemes that fit", len(fit) / len(schemes),
+    return make_row("2 coupling", f"{label} at n={n_max} (1x): schemes that fit", len(fit) / len(schemes),
                 f">= {cfg['fit_min']} median each", DESCRIPTIVE, detail, n=len(schemes))
 
 
@@ -305,11 +305,11 @@ def _parity_row(where: str, s: _Scheme, role: str, cfg: dict, st: dict) -> dict:
     unfit = [f"seed{seed} {s.fit_by_seed[seed]:.2f}" for seed in s.fit_by_seed.index if seed not in seeds]
     left_out = f"; left out, unfit at 1x: {', '.join(unfit)}" if unfit else ""
     if not s.fits or not seeds:  # the scheme fits when its median seed does: one fitted seed is not a scheme
-        return _row("2 coupling", check, math.nan, f"{direction} {threshold}", INCONCLUSIVE,
+        return make_row("2 coupling", check, math.nan, f"{direction} {threshold}", INCONCLUSIVE,
                     f"unfit at 1x: {s.fit_note()}{left_out}", n=len(seeds))
     value, ci = float(s.acc[seeds].mean()), stats.percentile_ci(s.draws(st, seeds), st["level"])
     per_seed = ", ".join(f"{s.acc[seed]:.3f}" for seed in seeds)
-    return _row("2 coupling", check, value, f"{direction} {threshold} (interval)",
+    return make_row("2 coupling", check, value, f"{direction} {threshold} (interval)",
                 stats.interval_verdict(*ci, threshold, direction), f"per fitted seed {per_seed}{left_out}", ci,
                 n=len(seeds))
 
@@ -338,7 +338,7 @@ def _difference_row(check, a: _Scheme, b: _Scheme | None, draws, unfit, threshol
     named = ", ".join(f"{s.name} {s.acc.mean():.3f}" for s in [a, *compared])
     unfit_note = "unfit at 1x: " + ", ".join(s.fit_note() for s in unfit) if unfit else ""
     if b is None or not a.fits:
-        return _row("2 coupling", check, math.nan, f">= {threshold:g}", INCONCLUSIVE,
+        return make_row("2 coupling", check, math.nan, f">= {threshold:g}", INCONCLUSIVE,
                     "; ".join(x for x in (unfit_note or "no fitted scheme to compare", named) if x))
     value = float(a.acc.mean() - b.acc.mean())
     ci = stats.percentile_ci(draws[a.name] - draws[b.name], st["level"])
@@ -351,7 +351,7 @@ def _difference_row(check, a: _Scheme, b: _Scheme | None, draws, unfit, threshol
         # design cannot tell, whatever a scores, so its FAIL would say nothing about the claim
         result = INCONCLUSIVE
         named = f"no headroom: {b.name} at {b.acc.mean():.3f} leaves {headroom:.3f} < {threshold:g}; {named}"
-    return _row("2 coupling", check, value, f">= {threshold:g} (interval)", result,
+    return make_row("2 coupling", check, value, f">= {threshold:g} (interval)", result,
                 "; ".join(x for x in (unfit_note, named) if x), ci, n=len(a.acc) + len(b.acc))
 
 
@@ -375,20 +375,21 @@ def language_checks(scores: pd.DataFrame, cfg: dict, st: dict) -> list[dict]:
         v = recovered[("greedy", k)]
         ci = stats.bootstrap(v, np.median, n_boot, seed, level)
         result = stats.interval_verdict(*ci, cfg["recovered_min"], ">=")
-        rows.append(_row("3 language", f"greedy k={k}: median gap recovered", np.median(v),
+        rows.append(make_row("3 language", f"greedy k={k}: median gap recovered", np.median(v),
                          f">= {cfg['recovered_min']} (interval)", result, where, ci, n=len(v)))
     for j in sorted(j for m, j in recovered if m == "attention"):
         if ("random", j) in recovered:
             d = recovered[("attention", j)] - recovered[("random", j)]
             ci = stats.bootstrap(d, np.median, n_boot, seed + j, level)
-            rows.append(_row("3 language", f"attention - random at k={j}: median per-token difference in gap "
+            rows.append(make_row("3 language", f"attention - random at k={j}: median per-token difference in gap "
                              "recovered", np.median(d), "> 0 (interval)", stats.interval_verdict(*ci, 0.0, ">"),
                              f"paired over {where}", ci, n=len(d)))
     positions = "coupled" if cfg["short_coupled"] else "true"
     if "short_window" in s and f"short_{positions}_{k}" in s:
         d = (s["short_window"] - s[f"short_{positions}_{k}"]).to_numpy()
         ci = stats.bootstrap(d, np.mean, n_boot, seed, level)
-        rows.append(_row("3 language", f"short model: loss(window) - loss(window + {k} greedy tokens, {positions} IDs)",
+        check = f"short model: loss(window) - loss(window + {k} greedy tokens, {positions} IDs)"
+        rows.append(make_row("3 language", check,
                          d.mean(), "> 0 (interval)", stats.interval_verdict(*ci, 0.0, ">"),
                          f"paired mean over {where}", ci, n=len(d)))
     return tag(rows, "E4")
@@ -451,7 +452,7 @@ def _attention_points(models: pd.DataFrame, sweep: pd.DataFrame, exp: dict) -> p
 
 def _association_row(check, fit: pd.DataFrame, measure: str, threshold, cfg, st, note, verdict: bool) -> dict:
     if len(fit) < cfg["min_models"]:
-        return _row(ANALYSIS, check, math.nan, threshold, INCONCLUSIVE if verdict else DESCRIPTIVE,
+        return make_row(ANALYSIS, check, math.nan, threshold, INCONCLUSIVE if verdict else DESCRIPTIVE,
                     f"{len(fit)} fitted models; needs {cfg['min_models']}{note}", n=len(fit))
     rho, p = stats.permutation_spearman(fit[measure], fit["accuracy"], "greater", st["n_perm"], st["seed"])
     detail = (f"{measure} {fit[measure].min():.3f}-{fit[measure].max():.3f}, exact match "
@@ -460,9 +461,9 @@ def _association_row(check, fit: pd.DataFrame, measure: str, threshold, cfg, st,
         # exact match from 0.994 to 1.000 has no spread for a rank correlation to find
         result = INCONCLUSIVE if verdict else DESCRIPTIVE
         why = "a side is constant" if math.isnan(rho) else f"exact match spans less than {cfg['min_spread']:g}"
-        return _row(ANALYSIS, check, rho, threshold if verdict else "-", result, f"{why}: {detail}", n=len(fit))
+        return make_row(ANALYSIS, check, rho, threshold if verdict else "-", result, f"{why}: {detail}", n=len(fit))
     result = (PASS if rho > 0 and p <= st["alpha"] else FAIL) if verdict else DESCRIPTIVE
-    return _row(ANALYSIS, check, rho, threshold if verdict else "-", result, detail, p=p, n=len(fit))
+    return make_row(ANALYSIS, check, rho, threshold if verdict else "-", result, detail, p=p, n=len(fit))
 
 
 # -- the scorecard ----------------------------------------------------------------------------
@@ -478,7 +479,7 @@ NOT_IN_GRID = {
 
 
 def unmeasured_rows(claims) -> list[dict]:
-    return [{**_row(claim, f"{NOT_IN_GRID[claim]}: not in this grid", math.nan, "-", NOT_MEASURED,
+    return [{**make_row(claim, f"{NOT_IN_GRID[claim]}: not in this grid", math.nan, "-", NOT_MEASURED,
                     "no task of this experiment configured"), "experiment": EXPERIMENTS[claim]} for claim in claims]
 
 

@@ -140,15 +140,25 @@ def cmd_claims(a) -> None:
     from lengthgen import scorecard
 
     scorecard.build(a.sweep_csv, a.sparse_tasks, a.train_max, a.config, a.coupling, a.influence, a.attention,
-                    a.csv, a.md, log=_log)
+                    a.csv, a.md, log=_log, scale=a.scale, needle=a.needle)
 
 
 def cmd_figure(a) -> None:
     from lengthgen import figures
 
-    if a.kind == "coupling":
+    if a.kind == "scale":
+        if a.sizes is None or a.claims is None:
+            raise UserError("figure --kind scale: needs --sizes and --claims (JSON)")
+        _require(a.claims, ("sparsity", "stats"), "--claims")
+        figures.scale(a.sweep_csv, a.sizes, max(a.train_max), a.out, a.claims["sparsity"], a.claims["stats"])
+        return
+    if not a.tasks:
+        raise UserError(f"figure --kind {a.kind}: needs --tasks")
+    if a.kind == "needle":
+        figures.needle(a.sweep_csv, dict(zip(a.tasks, a.train_max, strict=True)), a.out, a.fit_min)
+    elif a.kind == "coupling":
         if a.fit_min is not None:
-            raise UserError("figure --fit-min: only for --kind sparse_parity")
+            raise UserError("figure --fit-min: only for --kind sparse_parity and needle")
         figures.coupling(a.sweep_csv, dict(zip(a.tasks, a.train_max, strict=True)), a.out)
     elif a.kind == "sparsity_test":
         if a.claims is None:
@@ -319,6 +329,9 @@ def _table_stages(sub) -> None:
     s.add_argument("--config", type=_json, required=True)
     s.add_argument("--coupling", type=_json, default={},
                    help="E2/E3 tasks as JSON: {name: {kind, n_max, scheme_options}}")
+    s.add_argument("--scale", type=_json, default={},
+                   help="E1 tasks at several model sizes as JSON: {name: 'LxD'} (the scale analysis)")
+    s.add_argument("--needle", type=_json, default={}, help="needle tasks as JSON: {name: longest training haystack}")
     s.add_argument("--influence", help="the per-token scores results/language/influence.parquet (E4), if run")
     s.add_argument("--attention", help="tables/attention.csv, if run: the analysis rows beyond the paper")
     s.add_argument("--csv", required=True)
@@ -326,10 +339,12 @@ def _table_stages(sub) -> None:
     s.set_defaults(func=cmd_claims)
 
     s = sub.add_parser("figure", help="draw a figure from the length sweep table")
-    s.add_argument("--kind", choices=["sparse_parity", "sparsity_test", "coupling"], default="sparse_parity")
-    s.add_argument("--claims", type=_json, help="sparsity_test: the config's claims (JSON)")
+    s.add_argument("--kind", choices=["sparse_parity", "sparsity_test", "coupling", "scale", "needle"],
+                   default="sparse_parity")
+    s.add_argument("--claims", type=_json, help="sparsity_test, scale: the config's claims (JSON)")
     s.add_argument("--sweep-csv", required=True)
-    s.add_argument("--tasks", nargs="+", required=True)
+    s.add_argument("--tasks", nargs="+", help="the tasks drawn (every kind but scale)")
+    s.add_argument("--sizes", type=_json, help="scale: E1 tasks by model size, {name: 'LxD'} (JSON)")
     s.add_argument("--train-max", type=int, nargs="+", required=True, help="longest training length (per task)")
     s.add_argument("--fit-min", type=float, help="sparse_parity: leave out models below this accuracy at train length")
     s.add_argument("--out", required=True)

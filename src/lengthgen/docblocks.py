@@ -27,14 +27,15 @@ def _claims(results: Path) -> pd.DataFrame:
                       dtype=str, keep_default_na=False)
 
 
-def e1_means(results: Path) -> str:
-    """Mean accuracy over the fitted E1 models per scheme and k at each test length."""
+def k_means(results: Path, kind: str = "sparse_parity") -> str:
+    """Mean accuracy over the fitted models of the tasks of `kind` (E1's by default) per scheme
+    and k at each test length."""
     import yaml
 
     from lengthgen import claims
 
     cfg = yaml.safe_load((results / "config.yaml").read_text(encoding="utf-8"))  # the run's own config
-    tasks = [t for t in cfg["tasks"] if t["kind"] == "sparse_parity"]
+    tasks = [t for t in cfg["tasks"] if t["kind"] == kind]
     train_max = max(t["params"]["n_max"] for t in tasks)
     sweep = read_sweep(results / "tables/length_sweep.csv", [t["name"] for t in tasks])
     sweep = sweep[claims.fitted(sweep, train_max, cfg["claims"]["sparsity"]["fit_min"])]
@@ -69,7 +70,10 @@ def claim_words(results: Path) -> str:
 
 
 GENERATORS = {
-    "e1-means": e1_means,
+    "e1-means": k_means,
+    "needle-means": lambda results: k_means(results, "needle"),
+    "scale": lambda results: claim_rows(results, "analysis scale", descriptive=True),
+    "needle": lambda results: claim_rows(results, "analysis needle"),
     "claim1": lambda results: claim_rows(results, "1 sparsity"),
     "claim2": lambda results: claim_rows(results, "2 coupling"),
     "claim3": lambda results: claim_rows(results, "3 language"),

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: clusters and CI have no display
 
 import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from lengthgen import claims  # noqa: E402
@@ -123,6 +124,61 @@ def coupling(sweep_csv, tasks: dict, out) -> None:
     grid.set_axis_labels("test length (bits n / statements N)", "exact match")
     grid.figure.suptitle("Position coupling: exact match vs length (mean over seeds, band = bootstrap 95% CI of the "
                          "mean)", y=1.03)
+    _save(grid, out)
+
+
+def scale(sweep_csv, sizes: dict[str, str], train_max: int, out, cfg: dict, st: dict) -> None:
+    """Claim 1's statistic per model size: each fitted model's mean accuracy beyond
+    `min_length_ratio` x training against k, one line per size (mean, bootstrap 95% CI), one
+    panel per scheme. `sizes`: E1 task -> "LxD"."""
+    from lengthgen.scale import size_order
+
+    points = claims.claim1_points(read_sweep(sweep_csv, list(sizes)), train_max, cfg)
+    points = points.assign(size=points["task"].map(sizes))
+    order = [s for s in size_order(sizes) if s in set(points["size"])]
+    sns.set_theme(style="whitegrid", context="paper")
+    grid = sns.relplot(
+        data=points, x="k", y="accuracy", hue="size", hue_order=order, col="scheme", kind="line", marker="o",
+        errorbar=("ci", 95), n_boot=st["n_boot"], seed=st["seed"], estimator="mean", palette="rocket_r",
+        height=2.8, aspect=1.0, facet_kws={"sharey": True},
+    )
+    for ax in grid.axes.flat:
+        ax.set_xticks(sorted(points["k"].unique()))
+        ax.set_ylim(0.25, 1.02)
+    grid.set_titles(col_template="{col_name}")
+    grid.set_axis_labels("k (sparsity)", f"mean accuracy, n >= {cfg['min_length_ratio']:g}x")
+    grid.legend.set_title("layers x width")
+    sns.move_legend(grid, "lower left", bbox_to_anchor=(0.2, 0.17), frameon=True)  # where k = 1 leaves room
+    grid.figure.suptitle("Beyond the paper: the sparsity effect per model size\n(fitted models; band = bootstrap "
+                         "95% CI of the mean)", y=1.08)
+    _save(grid, out)
+
+
+def needle(sweep_csv, tasks: dict, out, fit_min: float | None = None) -> None:
+    """Needle retrieval: accuracy against haystack length, one line per k (needles the answer
+    combines), one panel per task and scheme, fitted models only. `tasks`: name -> n_max."""
+    df = read_sweep(sweep_csv, list(tasks))
+    parts = [_fitted_only(df[df["task"] == t], n_max, fit_min) for t, n_max in tasks.items()]
+    fit = pd.concat([p[0] for p in parts])
+    note = [line for p in parts for line in p[2]]
+    sns.set_theme(style="whitegrid", context="paper")
+    grid = sns.relplot(
+        data=fit, x="length", y="accuracy", hue="k", row="task", col="scheme", kind="line", errorbar=("ci", 95),
+        n_boot=2000, seed=0, estimator="mean", marker="o", palette="viridis", height=2.8, aspect=1.1,
+        facet_kws={"sharey": True},
+    )
+    for (task, _), ax in grid.axes_dict.items():
+        lengths = sorted(fit.loc[fit["task"] == task, "length"].unique())
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.minorticks_off()
+        ax.axvline(tasks[task], color="grey", lw=0.8, ls="--")  # longest training haystack
+        ax.set_ylim(-0.02, 1.02)
+    grid.set_titles(row_template="{row_name}", col_template="{col_name}")
+    grid.set_axis_labels("haystack length n", "accuracy")
+    title = "\n".join(["Beyond the paper: needle retrieval vs haystack length (fitted models; band = bootstrap 95% "
+                       "CI of the mean)", *note])
+    grid.figure.suptitle(title, y=1.03 + 0.09 * len(note))
     _save(grid, out)
 
 

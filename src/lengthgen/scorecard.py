@@ -7,21 +7,26 @@ from __future__ import annotations
 import pandas as pd
 
 from lengthgen import attention_report, claims
+from lengthgen import scale as beyond
 from lengthgen.aggregate import read_sweep
 from lengthgen.errors import UserError
 from lengthgen.fileio import read_intermediate
 
 
 def build(sweep_csv, sparse_tasks: list[str], train_max: int, cfg: dict, coupling: dict, influence, attention,
-          csv_out, md_out, log=print) -> None:
+          csv_out, md_out, log=print, scale: dict | None = None, needle: dict | None = None) -> None:
     """Write claims.csv and claims.md from the sweep table and, where run, E4's per-token scores
-    (`influence`) and the attention table (`attention`)."""
+    (`influence`), the attention table (`attention`), and the analyses beyond the paper: E1 at
+    several model sizes (`scale`: {task: "LxD"}) and the needle task (`needle`: {task: n_max})."""
+    scale, needle = scale or {}, needle or {}
     missing = [k for k in ("sparsity", "coupling", "language", "attention", "stats") if k not in cfg]
     if missing:
         raise UserError(f"--config: JSON lacks key(s) {', '.join(missing)}")
-    sweep = read_sweep(sweep_csv, [*sparse_tasks, *coupling])
+    sweep = read_sweep(sweep_csv, sorted({*sparse_tasks, *coupling, *scale, *needle}))
     rows = claims.sparsity_checks(sweep, sparse_tasks, train_max, cfg["sparsity"], cfg["stats"]) if sparse_tasks else []
     rows += claims.coupling_checks(sweep, coupling, cfg["coupling"], cfg["stats"]) if coupling else []
+    rows += beyond.scale_checks(sweep, scale, train_max, cfg["sparsity"], cfg["stats"])
+    rows += beyond.needle_checks(sweep, needle, cfg["sparsity"], cfg["stats"])
     if influence:
         scores = read_intermediate(influence, pd.read_parquet, "score table")
         rows += claims.language_checks(scores, cfg["language"], cfg["stats"])

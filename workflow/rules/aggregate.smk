@@ -8,6 +8,8 @@ localrules:
     figure_sparse_parity,
     figure_sparsity_test,
     figure_coupling,
+    figure_scale,
+    figure_needle,
     provenance,
     report_pages,
 
@@ -44,17 +46,19 @@ rule claims:
     conda:
         ENV
     params:
-        sparse=tasks_of("sparse_parity"),
+        sparse=claim1_tasks(),
         train_max=train_max("sparse_parity"),
         config=as_json(CONFIG["claims"]),
         coupling=as_json(coupling_info()),
+        scale=as_json(sparse_sizes()),
+        needle=as_json(needle_info()),
         influence=lambda w, input: f"--influence {input.influence[0]}" if input.influence else "",
         attention=lambda w, input: f"--attention {input.attention[0]}" if input.attention else "",
         code=CODE["claims"],
     shell:
         "python -m lengthgen claims --sweep-csv {input.sweep:q} --sparse-tasks {params.sparse:q}"
         " --train-max {params.train_max} --config {params.config:q} --coupling {params.coupling:q}"
-        " {params.influence} {params.attention}"
+        " --scale {params.scale:q} --needle {params.needle:q} {params.influence} {params.attention}"
         " --csv {output.csv:q} --md {output.md:q} 2> {log:q} && cat {log:q}"
 
 
@@ -72,7 +76,7 @@ rule figure_sparse_parity:
     conda:
         ENV
     params:
-        tasks=tasks_of("sparse_parity"),
+        tasks=claim1_tasks(),
         train_max=train_max("sparse_parity"),
         fit_min=CONFIG["claims"]["sparsity"]["fit_min"],
         code=CODE["figures"],
@@ -95,7 +99,7 @@ rule figure_sparsity_test:
     conda:
         ENV
     params:
-        tasks=tasks_of("sparse_parity"),
+        tasks=claim1_tasks(),
         train_max=train_max("sparse_parity"),
         claims=as_json(CONFIG["claims"]),
         code=CODE["figures"],
@@ -124,6 +128,52 @@ rule figure_coupling:
     shell:
         "python -m lengthgen figure --kind coupling --sweep-csv {input:q} --tasks {params.tasks:q}"
         " --train-max {params.train_max} --out {output:q} 2> {log:q}"
+
+
+rule figure_scale:
+    input:
+        results("tables/length_sweep.csv"),
+    output:
+        report(
+            results("figures/scale.png"),
+            caption="../report/scale.rst",
+            category="Beyond the paper",
+        ),
+    log:
+        results("logs/figures/scale.log"),
+    conda:
+        ENV
+    params:
+        sizes=as_json(sparse_sizes()),
+        train_max=train_max("sparse_parity"),
+        claims=as_json(CONFIG["claims"]),
+        code=CODE["figures"],
+    shell:
+        "python -m lengthgen figure --kind scale --sweep-csv {input:q} --sizes {params.sizes:q}"
+        " --train-max {params.train_max} --claims {params.claims:q} --out {output:q} 2> {log:q}"
+
+
+rule figure_needle:
+    input:
+        results("tables/length_sweep.csv"),
+    output:
+        report(
+            results("figures/needle.png"),
+            caption="../report/needle.rst",
+            category="Beyond the paper",
+        ),
+    log:
+        results("logs/figures/needle.log"),
+    conda:
+        ENV
+    params:
+        tasks=list(needle_info()),
+        train_max=list(needle_info().values()),
+        fit_min=CONFIG["claims"]["sparsity"]["fit_min"],
+        code=CODE["figures"],
+    shell:
+        "python -m lengthgen figure --kind needle --sweep-csv {input:q} --tasks {params.tasks:q}"
+        " --train-max {params.train_max} --fit-min {params.fit_min} --out {output:q} 2> {log:q}"
 
 
 rule provenance:

@@ -212,6 +212,29 @@ def tasks_of(kind):
     return [t["name"] for t in CONFIG["tasks"] if t["kind"] == kind]
 
 
+def model_size(task):
+    return f"{task['model']['n_layer']}x{task['model']['d_model']}"
+
+
+def sparse_sizes():
+    """Each E1 task's model size ("layers x width"); with two or more sizes the scale analysis
+    compares them (config/scale.yaml)."""
+    sizes = {t["name"]: model_size(t) for t in CONFIG["tasks"] if t["kind"] == "sparse_parity"}
+    return sizes if len(set(sizes.values())) > 1 else {}
+
+
+def claim1_tasks():
+    """The E1 tasks claim 1 is decided on: those at the run's own model size (all when none is)."""
+    names = tasks_of("sparse_parity")
+    at_base = [t for t, size in sparse_sizes().items() if size == model_size(CONFIG)]
+    return at_base or names
+
+
+def needle_info():
+    """Each needle task's longest training haystack: claim 1's rule runs on it as an analysis."""
+    return {t["name"]: t["params"]["n_max"] for t in CONFIG["tasks"] if t["kind"] == "needle"}
+
+
 def train_max(kind):
     """Longest training length over the tasks of a kind (0 if none)."""
     return max([t["params"]["n_max"] for t in CONFIG["tasks"] if t["kind"] == kind] or [0])
@@ -243,6 +266,8 @@ def figures():
         "sparse_parity": tasks_of("sparse_parity"),
         "sparsity_test": tasks_of("sparse_parity"),
         "coupling": coupling_tasks(),
+        "scale": sparse_sizes(),
+        "needle": needle_info(),
     }
     language = ["influence_gap", "influence_recovered", "influence_short_model"] if CONFIG["language"] else []
     return [name for name, present in kinds.items() if present] + language

@@ -23,12 +23,13 @@ from __future__ import annotations
 from types import ModuleType
 
 from lengthgen.errors import UserError
-from lengthgen.tasks import scratchpad_parity, sparse_parity, variable_assignment
+from lengthgen.tasks import needle, scratchpad_parity, sparse_parity, variable_assignment
 
 REGISTRY: dict[str, ModuleType] = {
     "sparse_parity": sparse_parity,
     "scratchpad_parity": scratchpad_parity,
     "variable_assignment": variable_assignment,
+    "needle": needle,
 }
 
 
