@@ -1,6 +1,10 @@
 """lengthgen.digest: what a stage's code digest follows, without running Snakemake."""
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -55,7 +59,7 @@ def test_stage_files_follow_imports_and_leave_out_the_command_line_shim():
 def _stages() -> dict[str, str]:
     """The workflow's stages and their entry modules, read from CODE in workflow/rules/common.smk."""
     text = (digest.PACKAGE_DIR.parents[1] / "workflow/rules/common.smk").read_text()
-    block = text[text.index("CODE = {"):text.index("}.items()")]
+    block = text[text.index("STAGES = {"):text.index("CODE = {")]
     return dict(re.findall(r'"(\w+)": "([\w.]+)"', block))
 
 
@@ -63,16 +67,41 @@ def _stages() -> dict[str, str]:
 # and Snakemake reruns what follows them (tests/test_workflow.py checks that end to end for a
 # few of these files).
 @pytest.mark.parametrize(("relpath", "expected"), [
-    ("train.py", {"train"}),
+    ("train.py", {"train", "train_stack"}),
     ("attention.py", {"attention"}),
     ("language/attention.py", {"language_attention"}),
     ("attention_report.py", {"attention_report", "claims"}),
     ("language/influence.py", {"influence", "language_attention"}),
     ("language/report.py", {"language_report"}),
     ("figures.py", {"figures"}),
-    ("tasks/sparse_parity.py", {"data", "train", "evaluate", "attention"}),
+    ("tasks/sparse_parity.py", {"data", "train", "train_stack", "evaluate", "attention"}),
 ])
 def test_an_edit_changes_exactly_the_digests_of_the_stages_that_import_it(relpath, expected):
+    """For a sparse-parity cell (a task module counts for its own task's cells only)."""
     path = digest.PACKAGE_DIR / relpath
-    changed = {stage for stage, module in _stages().items() if path in digest.stage_files(f"lengthgen.{module}")}
+    changed = {stage for stage, module in _stages().items()
+               if path in digest.stage_files(f"lengthgen.{module}", "sparse_parity")}
     assert changed == expected
+
+
+def test_editing_or_adding_a_task_leaves_the_other_tasks_digests(tmp_path):
+    """In a copy of the package: a new task module and an edit of another task's leave a
+    sparse-parity cell's digests as they were; an edit of sparse_parity.py changes them."""
+    package = tmp_path / "lengthgen"
+    shutil.copytree(digest.PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import sys; from lengthgen.digest import stage_digest; "
+            "print(*(stage_digest(m, k) for m in ('lengthgen.datasets', 'lengthgen.train') "
+            "for k in ('sparse_parity', 'needle')))")
+
+    def digests():
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                             capture_output=True, text=True, check=True).stdout.split()
+        return {"sparse_parity": out[0::2], "needle": out[1::2]}
+
+    before = digests()
+    shutil.copy(package / "tasks/needle.py", package / "tasks/another_needle.py")
+    (package / "tasks/needle.py").write_text((package / "tasks/needle.py").read_text() + "\n_EDITED = 1\n")
+    after = digests()
+    assert after["sparse_parity"] == before["sparse_parity"] and after["needle"] != before["needle"]
+    (package / "tasks/sparse_parity.py").write_text((package / "tasks/sparse_parity.py").read_text() + "\nX = 1\n")
+    assert digests()["sparse_parity"] != before["sparse_parity"]

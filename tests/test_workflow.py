@@ -214,6 +214,16 @@ def test_comment_and_docstring_edits_rerun_nothing(smoke_run):
             path.write_text(text)
 
 
+def test_a_new_task_module_reruns_nothing(smoke_run):
+    """A task kind is a module of lengthgen/tasks: adding one changes no other task's digest."""
+    tasks = smoke_run / "src/lengthgen/tasks"
+    shutil.copy(tasks / "needle.py", tasks / "another_needle.py")
+    try:
+        assert planned_jobs(smoke_run) == []
+    finally:
+        (tasks / "another_needle.py").unlink()
+
+
 def test_an_edit_to_the_command_line_shim_reruns_nothing(smoke_run):
     path, backup = _edited(smoke_run, "src/lengthgen/cli.py", _code_edit)
     try:

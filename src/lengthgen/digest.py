@@ -53,8 +53,18 @@ def _parsed_imports(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
     return frozenset(names)
 
 
-def stage_files(entry: str) -> list[Path]:
-    """Source files reachable from module `entry` through `lengthgen` imports."""
+def stage_files(entry: str, kind: str | None = None) -> list[Path]:
+    """Source files reachable from module `entry` through `lengthgen` imports. The task registry
+    finds its modules by listing its package, so no import names them: for a stage that reads
+    the registry, `kind` adds that one task's module (and what it imports). A cell's digest then
+    follows its own task, and editing or adding another task reruns none of its cells."""
+    files = _reachable(entry)
+    if kind is not None and PACKAGE_DIR / "tasks" / "__init__.py" in files:
+        files = sorted({*files, *_reachable(f"lengthgen.tasks.{kind}")})
+    return files
+
+
+def _reachable(entry: str) -> list[Path]:
     todo, seen = [entry], {}
     while todo:
         name = todo.pop()
@@ -91,8 +101,9 @@ def _code_text(path: Path, mtime_ns: int, size: int) -> str:
     return ast.dump(tree, annotate_fields=False, include_attributes=False)
 
 
-def stage_digest(entry: str) -> str:
+def stage_digest(entry: str, kind: str | None = None) -> str:
+    """The digest of `stage_files(entry, kind)`: their paths and code."""
     h = hashlib.sha256()
-    for path in stage_files(entry):
+    for path in stage_files(entry, kind):
         h.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + code_text(path).encode() + b"\0")
     return h.hexdigest()[:16]

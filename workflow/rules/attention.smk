@@ -29,7 +29,7 @@ rule attention:
     params:
         config=as_json({**ATTENTION, "device": CONFIG["device"], "threads": CONFIG["threads"]}),
         expect=cell_token,
-        code=CODE["attention"],
+        code=task_code("attention"),
     shell:
         "python -m lengthgen attention --model {input.model:q} --data {input.data:q} --config {params.config:q}"
         " --expect {params.expect:q} --out {output:q} 2> {log:q}"

@@ -61,26 +61,33 @@ RUN_CATEGORY = "Configuration and provenance"  # the report's category of the ru
 # Digests of the source files each stage imports: an edit in src/ reruns exactly the rules
 # whose stage reads the edited file (Snakemake only sees rule code and params). Each entry is
 # the module whose function the stage's subcommand calls (lengthgen.cli only dispatches).
-CODE = {
-    stage: stage_digest(f"lengthgen.{module}")
-    for stage, module in {
-        "data": "datasets",
-        "train": "train",
-        "evaluate": "evaluate",
-        "attention": "attention",
-        "attention_report": "attention_report",
-        "language_attention": "language.attention",
-        "aggregate": "aggregate",
-        "claims": "scorecard",
-        "report": "report",
-        "figures": "figures",
-        "corpus": "language.corpus",
-        "tokenizer": "language.tokenizer",
-        "language": "language.lm",
-        "influence": "language.influence",
-        "language_report": "language.report",
-    }.items()
+STAGES = {
+    "data": "datasets",
+    "train": "train",
+    "train_stack": "stacked",
+    "evaluate": "evaluate",
+    "attention": "attention",
+    "attention_report": "attention_report",
+    "language_attention": "language.attention",
+    "aggregate": "aggregate",
+    "claims": "scorecard",
+    "report": "report",
+    "figures": "figures",
+    "corpus": "language.corpus",
+    "tokenizer": "language.tokenizer",
+    "language": "language.lm",
+    "influence": "language.influence",
+    "language_report": "language.report",
 }
+CODE = {stage: stage_digest(f"lengthgen.{module}") for stage, module in STAGES.items()}
+
+
+def task_code(stage):
+    """The stage's digest for one task's cells (a function of the wildcards): the stage's code
+    with that task's module alone, so an edit of one task reruns only its cells."""
+    digests = {t["name"]: stage_digest(f"lengthgen.{STAGES[stage]}", t["kind"]) for t in CONFIG["tasks"]}
+    return lambda w: digests[w.task]
+
 
 TASK_NAMES = [t["name"] for t in CONFIG["tasks"]]
 _TRAIN_COST = {t: lgconfig.train_cost(CONFIG, t) for t in TASK_NAMES}

@@ -14,6 +14,6 @@ rule generate_dataset:
     params:
         task=lambda w: as_json(lgconfig.data_slice(CONFIG, w.task, w.split)),
         train=lambda w, input: f"--train {input[0]}" if input else "",
-        code=CODE["data"],
+        code=task_code("data"),
     shell:
         "python -m lengthgen generate --task {params.task:q} {params.train} --out {output:q} 2> {log:q}"

@@ -19,7 +19,7 @@ rule length_sweep:
     params:
         eval=as_json(lgconfig.eval_slice(CONFIG)),
         expect=cell_token,
-        code=CODE["evaluate"],
+        code=task_code("evaluate"),
     shell:
         "python -m lengthgen sweep --model {input.model:q} --data {input.data:q} --eval {params.eval:q}"
         " --expect {params.expect:q} --out {output:q} 2> {log:q}"

@@ -32,7 +32,7 @@ if set(STACK.values()) == {1}:
             cell=lambda w: as_json(lgconfig.cell_slice(CONFIG, w.task, w.scheme, int(w.seed))),
             checkpoint=results("checkpoints/{task}/{scheme}/seed{seed}/last.pt"),
             out_dir=subpath(output.model, parent=True),
-            code=CODE["train"],
+            code=task_code("train"),
         shell:
             "python -m lengthgen train --cell {params.cell:q} --data {input:q} --out-dir {params.out_dir:q}"
             " --checkpoint {params.checkpoint:q} --code-digest {params.code} 2> {log:q}"
@@ -74,7 +74,7 @@ else:
                 cells=lambda w, block=_block: as_json([lgconfig.cell_slice(CONFIG, w.task, w.scheme, s) for s in block]),
                 checkpoint=results(f"checkpoints/{{task}}/{{scheme}}/seeds{_seeds}/last.pt"),
                 out_dirs=lambda w, output: " ".join(shlex.quote(str(Path(m).parent)) for m in output.models),
-                code=stage_digest("lengthgen.stacked"),
+                code=task_code("train_stack"),
             shell:
                 "python -m lengthgen train-stack --cells {params.cells:q} --data {input:q}"
                 " --out-dirs {params.out_dirs} --checkpoint {params.checkpoint:q} --code-digest {params.code} 2> {log:q}"

@@ -1,4 +1,5 @@
-"""Task registry: a task kind is looked up by name, never evaluated from a string.
+"""Task registry: a task kind is looked up by name, never evaluated from a string. A kind is
+a module of this package (adding `tasks/mine.py` adds kind `mine`).
 
 A task module provides:
   vocab(params)     list of token strings (index = token id; id 0 is padding)
@@ -20,16 +21,17 @@ The answer runs from answer_start to the end of the example.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from types import ModuleType
 
 from lengthgen.errors import UserError
-from lengthgen.tasks import needle, scratchpad_parity, sparse_parity, variable_assignment
 
+# Every module of this package is a task kind, found by listing the package rather than named
+# here: adding a task then edits no file that another task's code digest holds
+# (lengthgen.digest), so the other tasks' cells stay cached.
 REGISTRY: dict[str, ModuleType] = {
-    "sparse_parity": sparse_parity,
-    "scratchpad_parity": scratchpad_parity,
-    "variable_assignment": variable_assignment,
-    "needle": needle,
+    m.name: importlib.import_module(f"{__name__}.{m.name}") for m in sorted(pkgutil.iter_modules(__path__))
 }
 
 
