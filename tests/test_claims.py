@@ -333,12 +333,22 @@ def test_coupling_without_the_2x_length_is_not_measured():
 # -- claim 3 ------------------------------------------------------------------------------
 
 
-def scores(n=200, seed=0):
+LANGUAGE = {"greedy_k": 1, "recovered_min": 0.5, "null_margin": 0.25, "short_coupled": True, "min_models": 3,
+            "min_documents": 3}
+
+
+def scores(seeds=3, documents=4, per_document=25, seed=0):
+    """Scored tokens of `seeds` pairs, `per_document` in each of `documents` documents per pair:
+    greedy recovers 0.8 of each gap, its null control about 0.1, attention 0.2-0.4, random about
+    0; the short model gains 0.2 with coupled IDs, nothing with true ones."""
     rng = np.random.default_rng(seed)
+    n = seeds * documents * per_document
     long, gap = rng.uniform(1, 3, n), rng.uniform(0.6, 2, n)
-    df = pd.DataFrame({"L_long": long, "L_short": long + gap, "scored": True})
-    df["gap"] = gap
+    df = pd.DataFrame({"seed": np.repeat(np.arange(seeds), documents * per_document),
+                       "document": np.tile(np.repeat(np.arange(documents), per_document), seeds),
+                       "index": np.arange(n), "L_long": long, "L_short": long + gap, "gap": gap})
     df["L_greedy_1"] = df["L_short"] - 0.8 * gap
+    df["L_null_1"] = df["L_short"] - rng.uniform(0.0, 0.2, n) * gap
     df["L_attention_1"] = df["L_short"] - rng.uniform(0.2, 0.4, n) * gap
     df["L_random_1"] = df["L_short"] - rng.uniform(-0.1, 0.1, n) * gap
     df["short_window"] = 4.0 + rng.normal(0, 0.1, n)
@@ -347,21 +357,93 @@ def scores(n=200, seed=0):
     return df
 
 
-def test_claim_3_rows_are_judged_on_intervals_over_tokens():
-    cfg = {"greedy_k": 1, "recovered_min": 0.5, "short_coupled": True}
-    rows = language_checks(scores(), cfg, ST)
-    assert [r["result"] for r in rows] == ["PASS", "PASS", "PASS"]
-    assert rows[0]["value"] == pytest.approx(0.8) and rows[0]["n"] == 200
-    assert rows[1]["ci_low"] > 0.1
-    hard = language_checks(scores(), {**cfg, "recovered_min": 0.9, "short_coupled": False}, ST)
-    assert [r["result"] for r in hard] == ["FAIL", "PASS", "INCONCLUSIVE"]  # true IDs: noise around 0
+def results_of(rows) -> list[str]:
+    return [r["result"] for r in rows]
+
+
+def test_claim_3_clear_advantages_pass_on_hierarchical_intervals():
+    rows = language_checks(scores(), LANGUAGE, ST)
+    assert [r["check"].split(":")[0] for r in rows] == ["greedy k=1", "greedy - null control at k=1",
+                                                         "attention - random at k=1", "short model"]
+    assert results_of(rows) == ["PASS"] * 4
+    assert rows[0]["value"] == pytest.approx(0.8) and rows[0]["n"] == 3  # n: model pairs
+    assert rows[1]["ci_low"] > 0.6 and rows[2]["ci_low"] > 0.1
+    assert "3 model pairs, 4 documents (at least 4 per pair), 300 tokens" in rows[0]["detail"]
+    assert "per model 0.800 to 0.800" in rows[0]["detail"]
+    hard = language_checks(scores(), {**LANGUAGE, "recovered_min": 0.9, "short_coupled": False}, ST)
+    assert results_of(hard) == ["FAIL", "PASS", "PASS", "INCONCLUSIVE"]  # true IDs: noise around 0
+
+
+def test_claim_3_greedy_no_better_than_its_null_control_fails():
+    """Greedy among the target's own distant tokens recovers what greedy among another
+    document's does: the selection alone explains it, and the null row says so."""
+    df = scores()
+    df["L_null_1"] = df["L_greedy_1"] + np.random.default_rng(1).normal(0, 0.05, len(df)) * df["gap"]
+    rows = language_checks(df, LANGUAGE, ST)
+    assert results_of(rows)[:2] == ["PASS", "FAIL"]
+    assert abs(rows[1]["value"]) < 0.05 and rows[1]["ci_high"] < LANGUAGE["null_margin"]
+
+
+def test_claim_3_one_model_pair_is_inconclusive_never_pass():
+    one = scores()
+    one = one[one["seed"] == 0]
+    rows = language_checks(one, LANGUAGE, ST)
+    assert results_of(rows) == ["INCONCLUSIVE"] * 4
+    assert rows[0]["value"] == pytest.approx(0.8) and "needs 3 model pairs" in rows[0]["detail"]
+    assert "1 model pairs" in rows[0]["detail"] and rows[0]["n"] == 1
+
+
+def test_claim_3_a_pair_with_too_few_documents_is_inconclusive():
+    df = scores()
+    df.loc[df["seed"] == 2, "document"] = df.loc[df["seed"] == 2, "document"] % 2  # two documents in pair 2
+    rows = language_checks(df, LANGUAGE, ST)
+    assert results_of(rows) == ["INCONCLUSIVE"] * 4 and "at least 2 per pair" in rows[0]["detail"]
+
+
+def test_claim_3_model_spread_widens_the_interval_where_tokens_alone_would_not():
+    """Pairs that disagree (greedy recovers 0.4, 0.6, 0.8 by pair): the interval spans the pairs,
+    and a bar between them is INCONCLUSIVE, where the token bootstrap would PASS it."""
+    df = scores()
+    df["L_greedy_1"] = df["L_short"] - (0.4 + 0.2 * df["seed"]) * df["gap"]
+    row = language_checks(df, {**LANGUAGE, "recovered_min": 0.5}, ST)[0]
+    recovered = ((df["L_short"] - df["L_greedy_1"]) / df["gap"]).to_numpy()
+    token_ci = stats.bootstrap(recovered, np.median, ST["n_boot"], ST["seed"])
+    assert token_ci[0] > 0.5  # tokens alone: a PASS
+    assert row["result"] == "INCONCLUSIVE" and row["ci_low"] <= 0.45 and row["ci_high"] >= 0.75
+    assert "per model 0.400 to 0.800" in row["detail"]
+
+
+def test_claim_3_without_a_null_control_is_inconclusive():
+    rows = language_checks(scores().drop(columns="L_null_1"), LANGUAGE, ST)
+    assert rows[1]["result"] == "INCONCLUSIVE" and "not measured" in rows[1]["detail"]
 
 
 def test_claim_3_attention_no_better_than_random_is_not_a_pass():
     df = scores()
     df["L_attention_1"] = df["L_random_1"] + np.random.default_rng(1).normal(0, 0.01, len(df))
-    rows = language_checks(df, {"greedy_k": 1, "recovered_min": 0.5, "short_coupled": True}, ST)
-    assert rows[1]["result"] in ("INCONCLUSIVE", "FAIL")
+    rows = language_checks(df, LANGUAGE, ST)
+    assert rows[2]["result"] in ("INCONCLUSIVE", "FAIL")
+
+
+def test_hierarchical_draws_resample_units_level_by_level():
+    """Within-unit values alike and units apart: the interval reflects the units, not the number
+    of values; sizes follow the drawn units; a single unit, values not resampled, is fixed."""
+    seeds, docs = np.repeat([0, 1, 2], 40), np.tile(np.repeat([0, 1, 2, 3], 10), 3)
+    values = seeds + docs * 0.01  # each pair's values alike
+    draws = stats.hierarchical_draws(values, [seeds, docs], np.mean, 4000, 0)
+    # pairs drawn with replacement: the mean of 3 draws from {0, 1, 2} ranges over 0..2 in thirds
+    lo, hi = stats.percentile_ci(draws)
+    assert lo < 0.5 and hi > 1.5 and draws.mean() == pytest.approx(1.015, abs=0.03)
+    token_lo, token_hi = stats.bootstrap(values, np.mean, 4000, 0)
+    assert token_hi - token_lo < (hi - lo) / 3
+    # a pair's share of the resample is its documents' sizes: unequal sizes carry through
+    uneven = np.concatenate([np.zeros(10), np.ones(30)])
+    sizes = stats.hierarchical_draws(uneven, [uneven, np.zeros(40)], len, 200, 1)
+    assert set(sizes) <= {20.0, 40.0, 60.0}
+    fixed = stats.hierarchical_draws(values, [np.zeros(120), np.zeros(120)], np.mean, 5, 2, resample_values=False)
+    assert np.allclose(fixed, values.mean())
+    again = stats.hierarchical_draws(values, [seeds, docs], np.mean, 4000, 0)
+    assert np.array_equal(draws, again)
 
 
 # -- the scorecard ------------------------------------------------------------------------

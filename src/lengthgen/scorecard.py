@@ -4,30 +4,27 @@ the scorecard. The checks themselves (statistics, thresholds, verdict words) liv
 
 from __future__ import annotations
 
-import pandas as pd
-
 from lengthgen import attention_report, claims
 from lengthgen.aggregate import read_sweep
 from lengthgen.errors import UserError
-from lengthgen.fileio import read_intermediate
+from lengthgen.language import scores as language_scores
 
 
-def build(sweep_csv, sparse_tasks: list[str], train_max: int, cfg: dict, coupling: dict, influence, attention,
+def build(sweep_csv, sparse_tasks: list[str], train_max: int, cfg: dict, coupling: dict, language, attention,
           csv_out, md_out, log=print) -> None:
-    """Write claims.csv and claims.md from the sweep table and, where run, E4's per-token scores
-    (`influence`) and the attention table (`attention`)."""
+    """Write claims.csv and claims.md from the sweep table and, where run, E4's per-token table
+    (`language`: tables/language_scores.csv) and the attention table (`attention`)."""
     missing = [k for k in ("sparsity", "coupling", "language", "attention", "stats") if k not in cfg]
     if missing:
         raise UserError(f"--config: JSON lacks key(s) {', '.join(missing)}")
     sweep = read_sweep(sweep_csv, [*sparse_tasks, *coupling])
     rows = claims.sparsity_checks(sweep, sparse_tasks, train_max, cfg["sparsity"], cfg["stats"]) if sparse_tasks else []
     rows += claims.coupling_checks(sweep, coupling, cfg["coupling"], cfg["stats"]) if coupling else []
-    if influence:
-        scores = read_intermediate(influence, pd.read_parquet, "score table")
-        rows += claims.language_checks(scores, cfg["language"], cfg["stats"])
+    if language:
+        rows += claims.language_checks(language_scores.read(language), cfg["language"], cfg["stats"])
     if attention:
         rows += attention_rows(attention, sweep, sparse_tasks, train_max, coupling, cfg)
-    ran = {"1 sparsity": sparse_tasks, "2 coupling": coupling, "3 language": influence}
+    ran = {"1 sparsity": sparse_tasks, "2 coupling": coupling, "3 language": language}
     missing = [claim for claim, tasks in ran.items() if not tasks]
     rows = sorted(rows + claims.unmeasured_rows(missing), key=lambda r: r["claim"])
     claims.write_scorecard(rows, csv_out, md_out, cfg.get("run", "exploratory"))
