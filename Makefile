@@ -35,11 +35,15 @@ run: $(VENV)/.installed  ## the embedded default (config.yaml): CPU, minutes; CO
 	@cat $(RESULTS)/tables/claims.md
 	@echo "tables: $(RESULTS)/tables/  figures: $(RESULTS)/figures/  scorecard: $(RESULTS)/tables/claims.md"
 
+# Two workers (pytest-xdist), each taking whole files, so a file's shared smoke run is made once.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: $(VENV)/.installed  ## unit, workflow and end-to-end smoke tests
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 test-fast: $(VENV)/.installed  ## the unit tests alone (no Snakemake, no smoke grid): the inner loop
-	$(PY) -m pytest -q -m "not workflow and not slow and not slurm"
+	$(PYTEST) -m "not workflow and not slow and not slurm"
 
 lint: $(VENV)/.installed  ## ruff, snakemake --lint and snakefmt --check (CI runs it before the tests)
 	ruff check .

@@ -5,11 +5,15 @@ Everything here is small on purpose: the tests must run on two busy CPU cores.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import traceback
 from pathlib import Path
 
 import pytest
@@ -47,6 +51,18 @@ TINY_MODEL = {"n_layer": 1, "d_model": 16, "n_head": 2, "d_ff": 32, "dropout": 0
 
 # Defaults of $defs/sparse_parity_params.
 SPARSE_PARITY_DEFAULTS = {"k": 1, "k_mode": "fixed", "n_min": 10, "n_max": 20, "locality": None}
+
+
+# The modules that take minutes, longest first. `make test` runs the files on two workers
+# (pytest-xdist, one file per worker at a time), which take them in collection order: started
+# last, the longest would run alone at the end.
+LONGEST_FIRST = ("test_workflow.py", "test_identity.py", "test_slurm.py", "test_fresh_clone.py", "test_stacked.py",
+                 "test_unlock.py", "test_resume.py")
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its order
 
 
 def pytest_sessionstart(session) -> None:
@@ -103,17 +119,44 @@ def run_snakemake(workdir, *args, timeout: float | None = None) -> subprocess.Co
     )
 
 
-def run_lengthgen(*args, cwd=None, timeout: float | None = 300, env=None) -> subprocess.CompletedProcess:
-    """Run `python -m lengthgen *args` from the repo's src/ (as the rules do); `env`: variables
-    to add, e.g. the results directory the workflow gives its jobs."""
-    return subprocess.run(
-        [PYTHON, "-m", "lengthgen", *map(str, args)],
-        cwd=cwd,
-        env=venv_env(PYTHONPATH=str(REPO / "src"), **(env or {})),
-        text=True,
-        capture_output=True,
-        timeout=timeout,
-    )
+def run_lengthgen(*args, cwd=None, timeout: float | None = 300, env=None, fresh: bool = False
+                  ) -> subprocess.CompletedProcess:
+    """Run the command `python -m lengthgen *args` (as the rules do); `env`: variables to add,
+    e.g. the results directory the workflow gives its jobs. In this process by default, through
+    the function `python -m lengthgen` calls (lengthgen.cli.main): a new interpreter importing
+    torch costs seconds per call. `fresh`: in a new interpreter, as a job runs it."""
+    if fresh:
+        return subprocess.run([PYTHON, "-m", "lengthgen", *map(str, args)], cwd=cwd, text=True, capture_output=True,
+                              env=venv_env(PYTHONPATH=str(REPO / "src"), **(env or {})), timeout=timeout)
+    from lengthgen.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with _environment(cwd, env or {}), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit_:  # argparse's usage errors
+            code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
+        except Exception:  # what a job would print as a traceback
+            traceback.print_exc()
+            code = 1
+    return subprocess.CompletedProcess(["python", "-m", "lengthgen", *map(str, args)], code, out.getvalue(),
+                                       err.getvalue())
+
+
+@contextlib.contextmanager
+def _environment(cwd, env: dict):
+    """Run in `cwd` with `env` added to the environment (no warm-start server), then restore both."""
+    old_cwd, old_env = os.getcwd(), dict(os.environ)
+    os.environ.update({k: str(v) for k, v in env.items()})
+    os.environ.pop("LENGTHGEN_WARM", None)
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        yield
+    finally:
+        os.chdir(old_cwd)
+        os.environ.clear()
+        os.environ.update(old_env)
 
 
 def error_lines(stderr: str, prefix: str = "lengthgen: error:") -> list[str]:
@@ -187,6 +230,15 @@ def make_cell(task="tiny", scheme="rope", seed=0, encoding=None, model=None, dev
 
 
 # -- fixtures -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def short_tmp():
+    """A temporary directory with a short path, for a warm-start server's socket: pytest's
+    tmp_path can be longer than the 107 bytes a Unix socket's path takes."""
+    path = Path(tempfile.mkdtemp(prefix="lg-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import error_lines, run_lengthgen, run_snakemake
+from conftest import REPO, error_lines, run_lengthgen, run_snakemake
 
 # A valid task to start from; each case breaks one thing.
 GOOD_TASK = {
@@ -107,22 +107,53 @@ def temp_files(root: Path) -> list[Path]:
     return [p for p in root.rglob(".*") if ".tmp" in p.name]
 
 
-@pytest.mark.workflow
 @pytest.mark.parametrize("override,needle", [c[1:] for c in CONFIG_CASES], ids=[c[0] for c in CONFIG_CASES])
-def test_bad_config(tmp_path, override, needle):
+def test_bad_config(tmp_path, schema, override, needle):
+    """Each case as the Snakefile reads a --configfile (lengthgen.config.load_run_config, under
+    config.yaml): one UserError naming the key and the file that set it."""
+    from lengthgen import config
+    from lengthgen.errors import UserError
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(override))
+    with pytest.raises(UserError) as err:
+        config.load_run_config(REPO, override, [bad], schema)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+# Through Snakemake, one case of the schema's and one of the cross-key checks: the Snakefile
+# turns the UserError above into one line, exit status non-zero, nothing written.
+SNAKEMAKE_CASES = [c for c in CONFIG_CASES if c[0] in ("unknown_task_kind", "depth_exceeds_statements")]
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("override,needle", [c[1:] for c in SNAKEMAKE_CASES], ids=[c[0] for c in SNAKEMAKE_CASES])
+def test_bad_config_through_snakemake(tmp_path, override, needle):
     wf = tmp_path / "wf"
     wf.mkdir()
     (wf / "bad.yaml").write_text(yaml.safe_dump(override))
     proc = run_snakemake(wf, "-n", "-c1", "--configfile", "bad.yaml", timeout=120)
-    assert_one_line_error(proc, needle)
+    line = assert_one_line_error(proc, needle)
+    assert "bad.yaml" in line
     assert not (wf / "results").exists()
 
 
-@pytest.mark.workflow
-@pytest.mark.parametrize("good", [{"tasks": [_task()]}, {"tasks": [ASSIGNMENT], "schemes": PPC_SCHEMES}],
-                         ids=["sparse_parity", "variable_assignment"])
-def test_good_config_control(tmp_path, good):
+GOOD = [{"tasks": [_task()]}, {"tasks": [ASSIGNMENT], "schemes": PPC_SCHEMES}]
+
+
+@pytest.mark.parametrize("good", GOOD, ids=["sparse_parity", "variable_assignment"])
+def test_good_config_control(tmp_path, schema, good):
     """The unbroken tasks pass validation, so each case above fails for its one change."""
+    from lengthgen import config
+
+    (tmp_path / "good.yaml").write_text(yaml.safe_dump(good))
+    loaded = config.load_run_config(REPO, good, [tmp_path / "good.yaml"], schema)
+    assert loaded["tasks"][0]["name"] == good["tasks"][0]["name"]
+
+
+@pytest.mark.workflow
+def test_good_config_control_through_snakemake(tmp_path):
+    good = GOOD[0]
     wf = tmp_path / "wf"
     wf.mkdir()
     (wf / "good.yaml").write_text(yaml.safe_dump(good))

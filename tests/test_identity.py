@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -256,20 +257,19 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _start_server(tmp_path) -> tuple[subprocess.Popen, int, Path]:
-    """A process that starts a warm-start server, as Snakemake's onstart does, and waits."""
+def _start_server(tmp_path, tmp: Path) -> tuple[subprocess.Popen, int, Path]:
+    """A process that starts a warm-start server in TMPDIR `tmp`, as Snakemake's onstart does, and waits."""
     code = (f"import sys, time; sys.path.insert(0, {str(REPO / 'src')!r}); from lengthgen import warm; "
             f"server, directory = warm.start({str(tmp_path / 'warm.log')!r}, 1); "
             "print(server.pid, directory, flush=True); time.sleep(600)")
     run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True,
-                           env=venv_env(PYTHONPATH=str(REPO / "src"), TMPDIR=str(tmp_path / "tmp")))
+                           env=venv_env(PYTHONPATH=str(REPO / "src"), TMPDIR=str(tmp)))
     pid, directory = run.stdout.readline().split()
     return run, int(pid), Path(directory)
 
 
-def test_a_server_removes_its_folder_when_terminated(tmp_path):
-    (tmp_path / "tmp").mkdir()
-    run, server, directory = _start_server(tmp_path)
+def test_a_server_removes_its_folder_when_terminated(tmp_path, short_tmp):
+    run, server, directory = _start_server(tmp_path, short_tmp)
     try:
         deadline = time.monotonic() + 60
         while not (directory / "socket").exists():
@@ -284,10 +284,21 @@ def test_a_server_removes_its_folder_when_terminated(tmp_path):
         run.wait()
 
 
-def test_a_folder_left_by_a_killed_run_is_removed_by_the_next(tmp_path):
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    run, server, directory = _start_server(tmp_path)
+def test_a_temporary_directory_too_long_for_a_socket_turns_warm_start_off(tmp_path, monkeypatch, capsys):
+    """A Unix socket's path holds 107 bytes: under a longer TMPDIR the server could not bind, so
+    jobs run cold, said in one line, with no folder left behind."""
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    assert warm.start(tmp_path / "warm.log", 1) is None
+    err = capsys.readouterr().err
+    assert err.startswith("lengthgen: warm start off (a socket in ") and err.count("\n") == 1
+    assert "set TMPDIR to a shorter folder" in err and list(deep.iterdir()) == []
+
+
+def test_a_folder_left_by_a_killed_run_is_removed_by_the_next(tmp_path, short_tmp):
+    tmp = short_tmp
+    run, server, directory = _start_server(tmp_path, tmp)
     os.killpg(run.pid, signal.SIGKILL)  # the run and its server at once: nothing can clean up
     run.wait()
     deadline = time.monotonic() + 30
@@ -463,9 +474,8 @@ def test_a_truncated_sweep_is_removed_and_the_same_command_rebuilds_it(run_copy,
 
 @pytest.mark.workflow
 @pytest.mark.slow
-def test_a_sigkilled_forcerun_train_is_rebuilt_and_its_warm_folder_removed(run_copy, baseline, tmp_path):
-    tmp = tmp_path / "tmp"  # this run's own temporary directory: its warm-start folder is seen alone
-    tmp.mkdir()
+def test_a_sigkilled_forcerun_train_is_rebuilt_and_its_warm_folder_removed(run_copy, baseline, short_tmp):
+    tmp = short_tmp  # this run's own temporary directory: its warm-start folder is seen alone
     env = venv_env(PYTHONPATH=str(run_copy / "src"), TMPDIR=str(tmp))
     run = subprocess.Popen([*SNAKEMAKE, "-c1", "--forcerun", "train"], cwd=run_copy, env=env, start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

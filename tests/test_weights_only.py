@@ -58,8 +58,9 @@ def test_a_hostile_checkpoint_is_refused_and_the_run_starts_over(hostile):
 def test_the_cli_prints_the_refusal_in_one_line(hostile, tmp_path):
     path, marker = hostile
     eval_cfg = json.dumps({"device": "cpu", "threads": 1, "batch_size": 8})
+    # in a new interpreter, as a job runs it: the entry point `python -m lengthgen` itself
     result = run_lengthgen("sweep", "--model", path, "--data", tmp_path / "none.parquet", "--out",
-                           tmp_path / "sweep.parquet", "--eval", eval_cfg)
+                           tmp_path / "sweep.parquet", "--eval", eval_cfg, fresh=True)
     assert result.returncode == 2, result.stderr
     lines = error_lines(result.stderr)
     assert len(lines) == 1 and "refused to load" in lines[0], result.stderr

@@ -36,6 +36,7 @@ from pathlib import Path
 
 ENV = "LENGTHGEN_WARM"  # the server's socket path; jobs run warm when it is set
 PREFIX = "lengthgen-warm-"  # of the server's folder in the temporary directory
+SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path on Linux (sun_path, less its NUL)
 PRELOAD = ("torch",)
 _HEADER = struct.Struct(">I")
 
@@ -289,6 +290,13 @@ def start(log_path, threads: int) -> tuple[subprocess.Popen, Path] | None:
     if removed:
         print(f"lengthgen: removed {len(removed)} warm-start folder(s) that killed runs left in "
               f"{removed[0].parent}", file=sys.stderr)
+    root = Path(tempfile.gettempdir())
+    longest = len(os.fsencode(root / f"{PREFIX}{os.getpid()}-{'x' * 8}" / "socket"))  # mkdtemp adds 8
+    if longest > SOCKET_PATH_MAX:
+        print(f"lengthgen: warm start off (a socket in {root} would need a {longest}-byte path, over the "
+              f"{SOCKET_PATH_MAX} a Unix socket takes; set TMPDIR to a shorter folder); every job imports "
+              "torch itself", file=sys.stderr)
+        return None
     # 0700: this user's jobs only. The name holds this process's pid, the server.pid file the
     # server's: a folder is stale once both are gone.
     directory = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
