@@ -19,10 +19,12 @@ the autoregressive decoding length_sweep runs, on each test group of the default
 Scoring, E4's influential tokens (language.influence), when the default config has a `language`
 section: models of the default language size at random init (the cost of a forward pass does not
 depend on the weights, so no training) and a random token stream (fixed seed), timed through the
-functions influence.score runs: screen (L_long and L_short, tokens/s) and, for one chunk of
-targets_per_batch targets, each method through the function _score_chunk calls (targets/s):
-greedy up to the largest k, ranked_losses (attention, random) and, per short model,
-short_model_losses (window alone, then the greedy tokens at true and at coupled IDs).
+functions influence.score runs for one pair of models: screen (L_long and L_short, tokens/s)
+and, for one chunk of targets_per_batch targets, each method through the function _score_chunk
+calls (targets/s): greedy up to the largest k, its null control (greedy again among another
+document's distant tokens), attention (its order, then the loss at each k), random_losses
+(random_draws draws at each k > 1; k = 1 comes free from greedy's first step) and, per short
+model, short_model_losses (window alone, then the greedy tokens at true and at coupled IDs).
 """
 
 from __future__ import annotations
@@ -203,14 +205,14 @@ def language_setup(cfg: dict) -> tuple:
 
     lang = cfg["language"]  # vocab_size is the bpe's; gpt2 brings its own
     vocab = lang["tokenizer"]["vocab_size"] if lang["tokenizer"]["kind"] == "bpe" else tokenizer.GPT2_VOCAB_SIZE
-    models = {}
+    models, seed = {}, lang["seeds"][0]  # one pair: the scoring job's unit
     for name in lang["models"]:
-        torch.manual_seed(lang["seed"])
-        models[name] = lm.build(lgconfig.lm_slice(cfg, name), vocab).eval()  # eval, as lm.load returns it
+        torch.manual_seed(seed)
+        models[name] = lm.build(lgconfig.lm_slice(cfg, name, seed), vocab).eval()  # eval, as lm.load returns it
     rng = np.random.default_rng(0)
     stream = rng.integers(0, vocab, 16 * 1024).astype(np.uint16)  # tokenize writes uint16 at these sizes
     doc_starts = np.arange(0, len(stream), 1024)
-    return models, stream, doc_starts, lgconfig.influence_slice(cfg)
+    return models, stream, doc_starts, lgconfig.influence_slice(cfg, seed)
 
 
 def model_tokens(method: str, cfg: dict, k_max: int) -> int:
@@ -220,10 +222,12 @@ def model_tokens(method: str, cfg: dict, k_max: int) -> int:
     per_k = sum(t_short + k for k in ks)  # loss_with: the window plus k distant tokens, each k
     if method == "screen":
         return t_long + t_short
-    if method == "greedy":  # step j: every free candidate of the distant part, j + 1 tokens added
+    if method in ("greedy", "null"):  # step j: every free candidate of the distant part, j + 1 tokens added
         return sum((t_long - t_short - j) * (t_short + j + 1) for j in range(k_max))
-    if method in ("attention", "random"):  # attention also reads the long model's attention
-        return (t_long if method == "attention" else 0) + per_k
+    if method == "attention":  # the long model's attention, then the loss at each k
+        return t_long + per_k
+    if method == "random":  # each draw: the loss at each k > 1
+        return cfg["influence"]["random_draws"] * sum(t_short + k for k in ks if k > 1)
     return t_short + 2 * per_k  # a short model: its window alone, then each k at true and coupled IDs
 
 
@@ -239,11 +243,12 @@ def scoring_cases(models: dict, stream, doc_starts, cfg: dict, quick: bool) -> t
     n_screen = 64 if quick else icfg["batch_size"]  # full: one forward batch of the real screen
     n_targets = 1 if quick else icfg["targets_per_batch"]  # full: one chunk of the pipeline
     pool = influence.eligible(doc_starts, len(stream), cfg["T_long"])
-    c = influence.Contexts(stream, np.sort(np.random.default_rng(1).choice(pool, n_targets, replace=False)),
-                           cfg["T_long"], cfg["T_short"])
-    gen = torch.Generator().manual_seed(icfg["seed"])
+    picks = np.random.default_rng(1).choice(pool, 2 * n_targets, replace=False)
+    c = influence.Contexts(stream, np.sort(picks[:n_targets]), cfg["T_long"], cfg["T_short"])
+    null = c.with_distant(influence.Contexts(stream, picks[n_targets:], cfg["T_long"], cfg["T_short"]))
+    rng = np.random.default_rng(icfg["seed"])
     # the short models score greedy's latest choice; until greedy first runs, a random one
-    state = {"chosen": influence.ranked(long, c, "random", gen)[:, : max(ks)]}
+    state = {"chosen": torch.from_numpy(rng.permuted(np.tile(np.arange(c.d), (n_targets, 1)), axis=1))[:, : max(ks)]}
 
     def run_greedy():
         state["chosen"] = influence.greedy(long, c, max(ks), batch)[0]
@@ -251,9 +256,17 @@ def scoring_cases(models: dict, stream, doc_starts, cfg: dict, quick: bool) -> t
     def run_screen(n):
         influence.screen(long, stream, doc_starts, {**cfg, "influence": {**icfg, "screen": n}})
 
-    cases = {"screen": lambda: run_screen(n_screen), "greedy": run_greedy}
-    cases |= {m: lambda m=m: influence.ranked_losses(long, c, m, ks, batch, gen)
-              for m in icfg["methods"] if m != "greedy"}
+    def run_attention():
+        order = influence.attention_order(long, c)
+        return [influence.loss_with(long, c, order[:, :k], batch) for k in ks]
+
+    cases = {"screen": lambda: run_screen(n_screen), "greedy": run_greedy,
+             "null": lambda: influence.greedy(long, null, max(ks), batch)}
+    if "attention" in icfg["methods"]:
+        cases["attention"] = run_attention
+    if "random" in icfg["methods"]:
+        cases["random"] = lambda: influence.random_losses(long, c, [k for k in ks if k > 1], icfg["random_draws"],
+                                                          batch, rng)
     cases |= {name: lambda m=model: influence.short_model_losses(m, c, state["chosen"], ks, icfg["coupling"], batch)
               for name, model in models.items() if name != "long"}
     warm_up = [lambda: run_screen(8), lambda: influence.greedy(long, c, 1, batch)]  # k = 1: an eighth
@@ -266,8 +279,12 @@ def scoring_what(name: str, cfg: dict) -> str:
         return "influence.screen: L_long and L_short of each token"
     if name == "greedy":
         return f"influence.greedy up to k = {max(ks)}"
-    if name in ("attention", "random"):
-        return f"influence.ranked_losses ({name}) at k {ks}"
+    if name == "null":
+        return f"influence.greedy up to k = {max(ks)} among another document's distant tokens"
+    if name == "attention":
+        return f"influence.attention_order, then the loss at k {ks}"
+    if name == "random":
+        return f"influence.random_losses, {cfg['influence']['random_draws']} draws at k {[k for k in ks if k > 1]}"
     return (f"{name} model, influence.short_model_losses: window alone, greedy tokens at k {ks} at true and "
             f"{cfg['influence']['coupling']} IDs")
 
@@ -348,8 +365,9 @@ def scoring_markdown(rows: list[dict], cfg: dict, quick: bool) -> str:
     methods = [r for r in rows if r["unit"] == "targets"]
     per_target = sum(r["seconds_median"] / r["items"] for r in methods)  # every method, as _score_chunk
     screen = next(r for r in rows if r["method"] == "screen")
-    total = f"; the default's screen of {icfg['screen']:,} tokens and {icfg['targets']} targets would take " \
-        f"{icfg['screen'] / screen['per_s'] + icfg['targets'] * per_target:.0f} s" if icfg["screen"] else ""
+    total = f"; one pair's screen of {icfg['screen']:,} tokens and {icfg['targets']} targets would take " \
+        f"{icfg['screen'] / screen['per_s'] + icfg['targets'] * per_target:.0f} s, and the default scores " \
+        f"{len(lang['seeds'])} pairs" if icfg["screen"] else ""
     return "\n\n".join([
         f"Scoring (influential tokens), E4's `language.influence` at the default language size ({size}, "
         f"vocab {lang['tokenizer']['vocab_size']}, T_long {lang['T_long']}, T_short {lang['T_short']}, "

@@ -205,8 +205,8 @@ def test_per_length_rows_are_descriptive_not_verdicts():
 
 # -- claim 2 ------------------------------------------------------------------------------
 
-COUPLING = {"length_ratio": 2, "coupled_min": 0.9, "index_max": 0.1, "fit_min": 0.95, "margin": 0.3,
-            "match_tolerance": 0.05}
+COUPLING = {"length_ratio": 2, "assignment_length_ratio": 2, "coupled_min": 0.9, "index_max": 0.1, "fit_min": 0.95,
+            "margin": 0.3, "match_tolerance": 0.05}
 OPTS = {"rope": {"positions": "index", "position_head": "none"},
         "pose": {"positions": "index", "position_head": "none"},
         "pointer": {"positions": "index", "position_head": "pointer"},
@@ -281,19 +281,23 @@ def test_scratchpad_straddling_interval_is_inconclusive_and_a_clear_miss_fails()
 E3 = {("ppc", 10): [1, 1, 0.99], ("ppc", 20): [0.95, 0.9, 0.97], ("pc", 10): [1, 1, 1], ("pc", 20): [0.96, 0.92, 0.97]}
 
 
-def e3_rows(extra):
+def e3_rows(extra, max_position=60):
+    """E3 trained to n = 10 and judged at 20 (92 tokens): IDs beyond max_position 60."""
     df = coupling_sweep("e3", {**E3, **extra})
     schemes = sorted({s for s, _ in {**E3, **extra}})
-    return coupling_checks(df, {"e3": {**info("variable_assignment", schemes), "answer_format": "chain"}},
-                           COUPLING, ST)
+    task = {**info("variable_assignment", schemes), "answer_format": "statements", "max_position": max_position,
+            "test_tokens": {"10": 52, "20": 92}}
+    return coupling_checks(df, {"e3": task}, COUPLING, ST)
 
 
 def test_assignment_fitted_baselines_far_below_ppc_pass():
     rows = e3_rows({("rope", 10): [1, 0.97, 1], ("rope", 20): [0.3, 0.2, 0.25],
                     ("pointer", 10): [1, 1, 1], ("pointer", 20): [0.4, 0.35, 0.5]})
-    assert verdicts(rows) == {"ppc - best scheme without coupled IDs (pointer)": "PASS",
+    assert verdicts(rows) == {"ppc - copy-head control (pointer)": "PASS",
+                              "ppc - best plain index scheme (rope)": "PASS",
                               "ppc - pc (oracle IDs)": "PASS"}
-    assert rows[0]["check"].startswith("e3 (chain answers) at n=10 (1x)")
+    assert rows[0]["check"].startswith("e3 (statements answers) at n=10 (1x)")
+    assert rows[1]["detail"].startswith("training IDs 0-59 (max_position 60), test sequences to 92 tokens;")
 
 
 def test_assignment_fitted_control_as_good_as_ppc_fails():
@@ -301,27 +305,45 @@ def test_assignment_fitted_control_as_good_as_ppc_fails():
                     ("ppc", 20): [0.65, 0.6, 0.62], ("pc", 20): [0.65, 0.6, 0.62],
                     ("pointer", 10): [1, 1, 1], ("pointer", 20): [0.6, 0.58, 0.62]})
     got = verdicts(rows)
-    assert got["ppc - best scheme without coupled IDs (pointer)"] == "FAIL"  # whatever rope does
+    assert got["ppc - copy-head control (pointer)"] == "FAIL"
+    assert got["ppc - best plain index scheme"] == "INCONCLUSIVE"  # rope never fit: nothing to compare
 
 
 def test_assignment_control_at_ceiling_leaves_no_headroom_to_decide():
     """The control at 0.94: even a perfect ppc could not beat it by the margin 0.3."""
     rows = e3_rows({("pointer", 10): [1, 1, 1], ("pointer", 20): [0.94, 0.92, 0.96]})
-    row = next(r for r in rows if "best scheme without coupled IDs" in r["check"])
-    assert row["result"] == "INCONCLUSIVE" and row["detail"].startswith("no headroom: pointer at 0.940 leaves 0.060")
+    row = next(r for r in rows if "copy-head control" in r["check"])
+    assert row["result"] == "INCONCLUSIVE" and "no headroom: pointer at 0.940 leaves 0.060" in row["detail"]
+    plain = next(r for r in rows if "plain index" in r["check"])
+    assert plain["result"] == "N/A" and plain["detail"] == "no such scheme in this grid"
 
 
-def test_assignment_unfit_baseline_turns_a_pass_into_inconclusive():
+def test_assignment_judges_each_baseline_kind_apart():
+    """An unfit plain index scheme leaves its own row INCONCLUSIVE and the control's row alone."""
     rows = e3_rows({("rope", 10): [0.2, 0.3, 0.3], ("rope", 20): [0.1, 0.1, 0.1],
                     ("pointer", 10): [1, 1, 1], ("pointer", 20): [0.4, 0.35, 0.5]})
-    row = next(r for r in rows if "best scheme" in r["check"])
+    got = verdicts(rows)
+    assert got["ppc - copy-head control (pointer)"] == "PASS"
+    row = next(r for r in rows if "plain index" in r["check"])
     assert row["result"] == "INCONCLUSIVE" and "unfit at 1x: rope 0.30 (min 0.20)" in row["detail"]
+    assert np.isnan(row["value"])
 
 
-def test_assignment_with_no_fitted_baseline_is_inconclusive():
-    rows = e3_rows({("rope", 10): [0.2, 0.3, 0.3], ("rope", 20): [0.1, 0.1, 0.1]})
-    row = next(r for r in rows if "best scheme" in r["check"])
-    assert row["result"] == "INCONCLUSIVE" and np.isnan(row["value"])
+def test_assignment_compares_fitted_seeds_only():
+    """pointer's seed 2 is unfit at 1x (and perfect at 2x): left out, the control's mean is 0.4."""
+    rows = e3_rows({("pointer", 10): [1, 1, 0.5], ("pointer", 20): [0.4, 0.4, 1.0]})
+    row = next(r for r in rows if "copy-head control" in r["check"])
+    assert row["result"] == "PASS" and row["n"] == 5
+    assert row["value"] == pytest.approx(np.mean([0.95, 0.9, 0.97]) - 0.4)
+    assert "pointer 0.400" in row["detail"]
+
+
+def test_assignment_inside_the_training_coverage_decides_nothing():
+    """Test sequences of 92 tokens when training IDs reached 99: the test asks for no unseen ID."""
+    rows = e3_rows({("pointer", 10): [1, 1, 1], ("pointer", 20): [0.4, 0.35, 0.5]}, max_position=100)
+    decided = [r for r in rows if r["result"] not in ("descriptive", "N/A")]
+    assert decided and all(r["result"] == "INCONCLUSIVE" for r in decided)
+    assert all(r["detail"].startswith("inside training coverage: training IDs 0-99") for r in decided)
 
 
 def test_coupling_without_the_2x_length_is_not_measured():
@@ -333,12 +355,22 @@ def test_coupling_without_the_2x_length_is_not_measured():
 # -- claim 3 ------------------------------------------------------------------------------
 
 
-def scores(n=200, seed=0):
+LANGUAGE = {"greedy_k": 1, "recovered_min": 0.5, "null_margin": 0.25, "short_coupled": True, "min_models": 3,
+            "min_documents": 3}
+
+
+def scores(seeds=3, documents=4, per_document=25, seed=0):
+    """Scored tokens of `seeds` pairs, `per_document` in each of `documents` documents per pair:
+    greedy recovers 0.8 of each gap, its null control about 0.1, attention 0.2-0.4, random about
+    0; the short model gains 0.2 with coupled IDs, nothing with true ones."""
     rng = np.random.default_rng(seed)
+    n = seeds * documents * per_document
     long, gap = rng.uniform(1, 3, n), rng.uniform(0.6, 2, n)
-    df = pd.DataFrame({"L_long": long, "L_short": long + gap, "scored": True})
-    df["gap"] = gap
+    df = pd.DataFrame({"seed": np.repeat(np.arange(seeds), documents * per_document),
+                       "document": np.tile(np.repeat(np.arange(documents), per_document), seeds),
+                       "index": np.arange(n), "L_long": long, "L_short": long + gap, "gap": gap})
     df["L_greedy_1"] = df["L_short"] - 0.8 * gap
+    df["L_null_1"] = df["L_short"] - rng.uniform(0.0, 0.2, n) * gap
     df["L_attention_1"] = df["L_short"] - rng.uniform(0.2, 0.4, n) * gap
     df["L_random_1"] = df["L_short"] - rng.uniform(-0.1, 0.1, n) * gap
     df["short_window"] = 4.0 + rng.normal(0, 0.1, n)
@@ -347,21 +379,93 @@ def scores(n=200, seed=0):
     return df
 
 
-def test_claim_3_rows_are_judged_on_intervals_over_tokens():
-    cfg = {"greedy_k": 1, "recovered_min": 0.5, "short_coupled": True}
-    rows = language_checks(scores(), cfg, ST)
-    assert [r["result"] for r in rows] == ["PASS", "PASS", "PASS"]
-    assert rows[0]["value"] == pytest.approx(0.8) and rows[0]["n"] == 200
-    assert rows[1]["ci_low"] > 0.1
-    hard = language_checks(scores(), {**cfg, "recovered_min": 0.9, "short_coupled": False}, ST)
-    assert [r["result"] for r in hard] == ["FAIL", "PASS", "INCONCLUSIVE"]  # true IDs: noise around 0
+def results_of(rows) -> list[str]:
+    return [r["result"] for r in rows]
+
+
+def test_claim_3_clear_advantages_pass_on_hierarchical_intervals():
+    rows = language_checks(scores(), LANGUAGE, ST)
+    assert [r["check"].split(":")[0] for r in rows] == ["greedy k=1", "greedy - null control at k=1",
+                                                         "attention - random at k=1", "short model"]
+    assert results_of(rows) == ["PASS"] * 4
+    assert rows[0]["value"] == pytest.approx(0.8) and rows[0]["n"] == 3  # n: model pairs
+    assert rows[1]["ci_low"] > 0.6 and rows[2]["ci_low"] > 0.1
+    assert "3 model pairs, 4 documents (at least 4 per pair), 300 tokens" in rows[0]["detail"]
+    assert "per model 0.800 to 0.800" in rows[0]["detail"]
+    hard = language_checks(scores(), {**LANGUAGE, "recovered_min": 0.9, "short_coupled": False}, ST)
+    assert results_of(hard) == ["FAIL", "PASS", "PASS", "INCONCLUSIVE"]  # true IDs: noise around 0
+
+
+def test_claim_3_greedy_no_better_than_its_null_control_fails():
+    """Greedy among the target's own distant tokens recovers what greedy among another
+    document's does: the selection alone explains it, and the null row says so."""
+    df = scores()
+    df["L_null_1"] = df["L_greedy_1"] + np.random.default_rng(1).normal(0, 0.05, len(df)) * df["gap"]
+    rows = language_checks(df, LANGUAGE, ST)
+    assert results_of(rows)[:2] == ["PASS", "FAIL"]
+    assert abs(rows[1]["value"]) < 0.05 and rows[1]["ci_high"] < LANGUAGE["null_margin"]
+
+
+def test_claim_3_one_model_pair_is_inconclusive_never_pass():
+    one = scores()
+    one = one[one["seed"] == 0]
+    rows = language_checks(one, LANGUAGE, ST)
+    assert results_of(rows) == ["INCONCLUSIVE"] * 4
+    assert rows[0]["value"] == pytest.approx(0.8) and "needs 3 model pairs" in rows[0]["detail"]
+    assert "1 model pairs" in rows[0]["detail"] and rows[0]["n"] == 1
+
+
+def test_claim_3_a_pair_with_too_few_documents_is_inconclusive():
+    df = scores()
+    df.loc[df["seed"] == 2, "document"] = df.loc[df["seed"] == 2, "document"] % 2  # two documents in pair 2
+    rows = language_checks(df, LANGUAGE, ST)
+    assert results_of(rows) == ["INCONCLUSIVE"] * 4 and "at least 2 per pair" in rows[0]["detail"]
+
+
+def test_claim_3_model_spread_widens_the_interval_where_tokens_alone_would_not():
+    """Pairs that disagree (greedy recovers 0.4, 0.6, 0.8 by pair): the interval spans the pairs,
+    and a bar between them is INCONCLUSIVE, where the token bootstrap would PASS it."""
+    df = scores()
+    df["L_greedy_1"] = df["L_short"] - (0.4 + 0.2 * df["seed"]) * df["gap"]
+    row = language_checks(df, {**LANGUAGE, "recovered_min": 0.5}, ST)[0]
+    recovered = ((df["L_short"] - df["L_greedy_1"]) / df["gap"]).to_numpy()
+    token_ci = stats.bootstrap(recovered, np.median, ST["n_boot"], ST["seed"])
+    assert token_ci[0] > 0.5  # tokens alone: a PASS
+    assert row["result"] == "INCONCLUSIVE" and row["ci_low"] <= 0.45 and row["ci_high"] >= 0.75
+    assert "per model 0.400 to 0.800" in row["detail"]
+
+
+def test_claim_3_without_a_null_control_is_inconclusive():
+    rows = language_checks(scores().drop(columns="L_null_1"), LANGUAGE, ST)
+    assert rows[1]["result"] == "INCONCLUSIVE" and "not measured" in rows[1]["detail"]
 
 
 def test_claim_3_attention_no_better_than_random_is_not_a_pass():
     df = scores()
     df["L_attention_1"] = df["L_random_1"] + np.random.default_rng(1).normal(0, 0.01, len(df))
-    rows = language_checks(df, {"greedy_k": 1, "recovered_min": 0.5, "short_coupled": True}, ST)
-    assert rows[1]["result"] in ("INCONCLUSIVE", "FAIL")
+    rows = language_checks(df, LANGUAGE, ST)
+    assert rows[2]["result"] in ("INCONCLUSIVE", "FAIL")
+
+
+def test_hierarchical_draws_resample_units_level_by_level():
+    """Within-unit values alike and units apart: the interval reflects the units, not the number
+    of values; sizes follow the drawn units; a single unit, values not resampled, is fixed."""
+    seeds, docs = np.repeat([0, 1, 2], 40), np.tile(np.repeat([0, 1, 2, 3], 10), 3)
+    values = seeds + docs * 0.01  # each pair's values alike
+    draws = stats.hierarchical_draws(values, [seeds, docs], np.mean, 4000, 0)
+    # pairs drawn with replacement: the mean of 3 draws from {0, 1, 2} ranges over 0..2 in thirds
+    lo, hi = stats.percentile_ci(draws)
+    assert lo < 0.5 and hi > 1.5 and draws.mean() == pytest.approx(1.015, abs=0.03)
+    token_lo, token_hi = stats.bootstrap(values, np.mean, 4000, 0)
+    assert token_hi - token_lo < (hi - lo) / 3
+    # a pair's share of the resample is its documents' sizes: unequal sizes carry through
+    uneven = np.concatenate([np.zeros(10), np.ones(30)])
+    sizes = stats.hierarchical_draws(uneven, [uneven, np.zeros(40)], len, 200, 1)
+    assert set(sizes) <= {20.0, 40.0, 60.0}
+    fixed = stats.hierarchical_draws(values, [np.zeros(120), np.zeros(120)], np.mean, 5, 2, resample_values=False)
+    assert np.allclose(fixed, values.mean())
+    again = stats.hierarchical_draws(values, [seeds, docs], np.mean, 4000, 0)
+    assert np.array_equal(draws, again)
 
 
 # -- the scorecard ------------------------------------------------------------------------

@@ -73,6 +73,7 @@ def _stages() -> dict[str, str]:
     ("attention_report.py", {"attention_report", "claims"}),
     ("language/influence.py", {"influence", "language_attention"}),
     ("language/report.py", {"language_report"}),
+    ("language/scores.py", {"language_scores", "claims"}),
     ("figures.py", {"figures"}),
     ("tasks/sparse_parity.py", {"data", "train", "train_stack", "evaluate", "attention"}),
 ])

@@ -1,6 +1,7 @@
 """E4 scoring and language-model training on tiny models: greedy against brute force, the
-quantities' definitions (all distant tokens give L_long, none give L_short), IDs of the short
-model's inputs, attention selection, PoSE IDs, resume, the summary and the claim-3 checks."""
+quantities' definitions (all distant tokens give L_long, none give L_short), the random
+baseline's exact expectation, the null control's contexts, IDs of the short model's inputs,
+attention selection, PoSE IDs, one pair's score table, resume and the summary."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def contexts():
 def test_greedy_matches_brute_force_search_of_each_step(model, contexts):
     """At every step, greedy's pick is the best of all extensions of its previous picks, found by
     scoring each candidate separately (no batching), and its loss is that candidate's loss."""
-    chosen, losses = influence.greedy(model, contexts, 3, batch=5)
+    chosen, losses, _ = influence.greedy(model, contexts, 3, batch=5)
     for row in range(len(contexts.y)):
         c = _contexts(contexts.ctx[row : row + 1], contexts.y[row : row + 1])
         for j in range(3):
@@ -57,7 +58,7 @@ def test_greedy_matches_brute_force_search_of_each_step(model, contexts):
 def test_greedy_k1_is_the_best_single_token_of_all_subsets(model, contexts):
     """k = 1 greedy is exact: no other single distant token gives a lower loss; and the best
     pair found by exhaustive search is never worse than greedy's pair (greedy is a heuristic)."""
-    chosen, losses = influence.greedy(model, contexts, 2, batch=64)
+    chosen, losses, _ = influence.greedy(model, contexts, 2, batch=64)
     d = T_LONG - T_SHORT
     for row in range(len(contexts.y)):
         ctx, y = contexts.ctx[row : row + 1], contexts.y[row : row + 1]
@@ -69,6 +70,74 @@ def test_greedy_k1_is_the_best_single_token_of_all_subsets(model, contexts):
         assert losses[row, 0].item() == pytest.approx(influence.loss_with(model, c_single, singles, 64).min().item(),
                                                       rel=1e-5)
         assert best_pair <= losses[row, 1].item() * (1 + 1e-5)
+
+
+def test_greedys_first_step_scores_every_single_distant_token(model, contexts):
+    """Column p of `singles` is the loss with distant token p alone, so their mean is the exact
+    expected loss under one uniformly random distant token (the random baseline at k = 1)."""
+    d = T_LONG - T_SHORT
+    _, losses, singles = influence.greedy(model, contexts, 1, batch=7)
+    assert singles.shape == (len(contexts.y), d)
+    for row in range(len(contexts.y)):
+        c = _contexts(contexts.ctx[row : row + 1].expand(d, -1), contexts.y[row : row + 1].expand(d))
+        each = influence.loss_with(model, c, torch.arange(d)[:, None], 64)
+        assert torch.allclose(singles[row], each, rtol=1e-5)
+        assert losses[row, 0].item() == pytest.approx(each.min().item(), rel=1e-5)
+
+
+def test_random_losses_are_the_mean_over_draws_of_random_k_sets(model, contexts):
+    """One draw: the loss of the draw's k-set; the mean over draws lies within the draws' range."""
+    rng = np.random.default_rng(0)
+    order = torch.from_numpy(rng.permuted(np.tile(np.arange(contexts.d), (len(contexts.y), 1)), axis=1))
+    one = influence.random_losses(model, contexts, [2, 4], 1, 64, np.random.default_rng(0))
+    for k in (2, 4):
+        assert one[k] == pytest.approx(influence.loss_with(model, contexts, order[:, :k], 64).tolist(), rel=1e-5)
+    many = influence.random_losses(model, contexts, [3], 16, 64, np.random.default_rng(1))[3]
+    draws = np.random.default_rng(1)
+    each = [influence.loss_with(model, contexts, torch.from_numpy(
+        draws.permuted(np.tile(np.arange(contexts.d), (len(contexts.y), 1)), axis=1))[:, :3], 64) for _ in range(16)]
+    assert many == pytest.approx(torch.stack(each).mean(0).tolist(), rel=1e-5)
+
+
+def test_null_contexts_keep_the_window_and_take_the_donors_distant_tokens(contexts):
+    donor = influence.Contexts(np.arange(300, dtype=np.uint16) % 23, np.array([20, 50, 90]), T_LONG, T_SHORT)
+    before = contexts.ctx.clone()
+    null = contexts.with_distant(donor)
+    d = T_LONG - T_SHORT
+    assert torch.equal(null.ctx[:, :d], donor.ctx[:, :d]) and torch.equal(null.ctx[:, d:], contexts.ctx[:, d:])
+    assert torch.equal(null.y, contexts.y) and torch.equal(contexts.ctx, before)  # the targets' own are kept
+
+
+def test_documents_and_donors_from_another_document():
+    assert influence.documents(np.array([0, 10, 14]), [0, 9, 10, 13, 14, 39]).tolist() == [0, 0, 1, 1, 2, 2]
+    table = pd.DataFrame({"index": np.arange(30), "document": np.repeat([0, 1, 2], 10)})
+    picked = np.arange(0, 30, 3)
+    donor = influence.donors(table, picked, np.random.default_rng(0))
+    assert (table["document"].to_numpy()[donor] != table["document"].to_numpy()[picked]).all()
+    assert influence.donors(table.assign(document=0), picked, np.random.default_rng(0)) is None
+
+
+def test_one_pairs_score_table(model):
+    """Every scored token: its pair's seed and document, greedy, its null control (a donor of
+    another document), attention, random as an expectation and a short model's losses."""
+    rng = np.random.default_rng(2)
+    stream, doc_starts = rng.integers(1, 23, 400).astype(np.uint16), np.array([0, 130, 260])
+    cfg = {"T_long": T_LONG, "T_short": T_SHORT, "seed": 7, "influence": {
+        "screen": 60, "targets": 5, "delta": -100.0, "k": [1, 2], "methods": ["greedy", "attention", "random"],
+        "coupling": "shared", "seed": 0, "batch_size": 64, "targets_per_batch": 2, "random_draws": 3}}
+    table = influence.score(model, {"short": model}, stream, doc_starts, cfg, log=lambda _msg: None)
+    scored = table[table["scored"]]
+    assert len(table) == 60 and len(scored) == 5 and (table["seed"] == 7).all()
+    assert (table["document"] == influence.documents(doc_starts, table["index"])).all()
+    donor_docs = influence.documents(doc_starts, scored["null_donor"].astype(int))
+    assert (donor_docs != scored["document"]).all()
+    columns = [f"L_{m}_{k}" for m in ("greedy", "null", "attention", "random") for k in (1, 2)]
+    assert np.isfinite(scored[[*columns, "short_window", "short_coupled_2", "short_true_2"]].to_numpy()).all()
+    assert (scored["L_greedy_1"] <= scored["L_random_1"] + 1e-6).all()  # the best single token, against their mean
+    again = influence.score(model, {"short": model}, stream, doc_starts, cfg, log=lambda _msg: None)
+    pd.testing.assert_frame_equal(table, again)  # one pair's draws are seeded
+    other = influence.score(model, {"short": model}, stream, doc_starts, {**cfg, "seed": 8}, log=lambda _msg: None)
+    assert not np.array_equal(other["index"], table["index"])  # another pair draws its own tokens
 
 
 def test_all_distant_tokens_give_l_long_and_none_give_l_short(model, contexts):
@@ -120,6 +189,27 @@ def test_pose_ids_make_one_jump_and_stay_below_the_target():
 def test_eligible_positions_have_history_in_their_own_document():
     got = influence.eligible(np.array([0, 10, 14]), 40, 5)
     assert got.tolist() == [*range(5, 10), *range(19, 40)]
+
+
+def test_language_seeds_take_the_seed_offset_and_the_old_key_is_named():
+    """The replicate's seed_offset moves every pair of language models to fresh seeds; each pair's
+    models carry their own identity; `language.seed` (one pair) is refused by name."""
+    from pathlib import Path
+
+    from lengthgen import config
+    from lengthgen.errors import UserError
+
+    root = Path(__file__).resolve().parents[1]
+    schema = config.load_yaml(root / "workflow/schemas/config.schema.yaml")
+    base = config.load_yaml(root / "config.yaml")
+    replicate = config.validate({**base, **config.load_yaml(root / "config/replicate.yaml")}, schema)
+    assert config.validate(base, schema)["language"]["seeds"] == [0, 1, 2]
+    assert replicate["language"]["seeds"] == [200, 201, 202]
+    assert config.lm_slice(replicate, "short", 201)["seed"] == 201
+    assert config.influence_slice(replicate, 201)["seed"] == 201
+    assert len({config.lm_token(replicate, "long", s) for s in replicate["language"]["seeds"]}) == 3
+    with pytest.raises(UserError, match=r"^config.language.seed: now language.seeds, a list"):
+        config.validate({**base, "language": {**base["language"], "seed": 0}}, schema)
 
 
 SPEC = {

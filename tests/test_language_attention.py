@@ -33,7 +33,7 @@ def test_mean_row_is_the_influence_scorings_attention():
         p.data.mul_(20)
     stream = np.random.default_rng(1).integers(1, 23, 200).astype(np.uint16)
     c = influence.Contexts(stream, np.array([40, 77, 150]), 12, 4)
-    order = influence.ranked(model, c, "attention", torch.Generator())  # (N, d) by the mean row
+    order = influence.attention_order(model, c)  # (N, d) by the mean row
     greedy = order[:, :3].flip(1)  # its top 3: the mean row's Jaccard is 1
     got = measure(model, c.ctx, greedy, k=3, d=8)
     assert got[(None, None, "jaccard")].tolist() == [1.0, 1.0, 1.0]

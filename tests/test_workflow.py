@@ -87,7 +87,8 @@ def test_smoke_attention_table_covers_every_cell_and_length(smoke_run):
     df = attention_report.read(smoke_run / SMOKE_RESULTS / "tables/attention.csv")
     language, df = df[df["task"] == "language"], df[df["task"] != "language"]
     assert set(language["metric"]) == {"mass", "topk_mass", "jaccard", "chance", "jaccard_chance"}
-    assert (language["examples"] == cfg["language"]["influence"]["targets"]).all()
+    assert (language["examples"] == cfg["language"]["influence"]["targets"]).all()  # per pair of models
+    assert sorted(language["seed"].unique()) == cfg["language"]["seeds"]
     chance = df[df["metric"] == "chance"]
     cells = {(t["name"], s, seed, n) for t in cfg["tasks"] for s in t["schemes"] for seed in cfg["seeds"]
              for n in t["eval"]["lengths"]}
@@ -104,24 +105,37 @@ def test_smoke_attention_table_covers_every_cell_and_length(smoke_run):
 
 
 def test_smoke_language_tables_figures_and_claim_3(smoke_run):
+    from lengthgen.claims import language_checks
+    from lengthgen.language import scores as language_scores
+
     cfg = yaml.safe_load((smoke_run / "config/smoke.yaml").read_text())["language"]
+    seeds, targets = cfg["seeds"], cfg["influence"]["targets"]
     table = pd.read_csv(smoke_run / SMOKE_RESULTS / "tables/influence.csv")
     ks = cfg["influence"]["k"]
     long = table[table["model"] == "long"]
-    assert len(long) == 2 + 3 * len(ks) and set(table["model"]) == {"long", "short", "pose"}
-    assert (table["targets"] == cfg["influence"]["targets"]).all()
+    assert len(long) == 2 + 4 * len(ks) and set(table["model"]) == {"long", "short", "pose"}  # greedy, null, ...
+    assert (table["targets"] == targets * len(seeds)).all()  # every pair's scored tokens, pooled
     greedy = long[long["method"] == "greedy"].sort_values("k")["loss_mean"]
     assert greedy.is_monotonic_decreasing  # each greedy step adds the token that lowers the loss most
-    scores = pd.read_parquet(smoke_run / SMOKE_RESULTS / "language/influence.parquet")
-    assert scores["scored"].sum() == cfg["influence"]["targets"] and len(scores) == cfg["influence"]["screen"]
+    for seed in seeds:
+        scores = pd.read_parquet(smoke_run / SMOKE_RESULTS / f"language/scores/seed{seed}.parquet")
+        assert scores["scored"].sum() == targets and len(scores) == cfg["influence"]["screen"]
+        assert (scores["seed"] == seed).all() and scores["document"].notna().all()
+    per_token = language_scores.read(smoke_run / SMOKE_RESULTS / "tables/language_scores.csv")
+    assert len(per_token) == targets * len(seeds) and sorted(per_token["seed"].unique()) == seeds
     curves = pd.read_csv(smoke_run / SMOKE_RESULTS / "tables/language_train.csv")
     assert sorted(curves["model"].unique()) == ["long", "pose", "short"] and curves["validation_loss"].notna().all()
+    assert sorted(curves["seed"].unique()) == seeds
     for name in ("influence_gap", "influence_recovered", "influence_short_model"):
         assert (smoke_run / SMOKE_RESULTS / f"figures/{name}.png").stat().st_size > 10_000
     claims = pd.read_csv(smoke_run / SMOKE_RESULTS / "tables/claims.csv", keep_default_na=False)
-    language = claims[claims["claim"] == "3 language"]
-    # greedy k=4, attention - random at each of k = 1, 2, 4, the short model
-    assert len(language) == 5 and set(language["result"]) <= {"PASS", "FAIL", "INCONCLUSIVE"}
+    language = claims[claims["claim"] == "3 language"].reset_index(drop=True)
+    # greedy k=4, greedy - null, attention - random at each of k = 1, 2, 4, the short model; two
+    # pairs of models, below claims.language.min_models: the rows cannot decide, and say so
+    assert len(language) == 6 and set(language["result"]) == {"INCONCLUSIVE"}
+    run_cfg = yaml.safe_load((smoke_run / SMOKE_RESULTS / "config.yaml").read_text())["claims"]
+    again = language_checks(per_token, run_cfg["language"], run_cfg["stats"])
+    assert [r["value"] for r in again] == pytest.approx(pd.to_numeric(language["value"]).tolist(), abs=1e-9)
 
 
 def test_local_jobs_fork_from_the_warm_start_server(smoke_run):
@@ -184,7 +198,7 @@ TRAINING = ("train", "length_sweep", "aggregate", "claims", *FIGURES, "provenanc
 @pytest.mark.parametrize(
     ("relpath", "expected"),
     [
-        ("src/lengthgen/model.py", {*TRAINING, "train_lm", "score_influence", "influence_report",
+        ("src/lengthgen/model.py", {*TRAINING, "train_lm", "score_influence", "language_scores", "influence_report",
                                     *LANGUAGE_ATTENTION, "all"}),
         ("src/lengthgen/claims.py", {"claims", *FIGURES, "report_pages", "all"}),
         ("src/lengthgen/scorecard.py", {"claims", "report_pages", "all"}),

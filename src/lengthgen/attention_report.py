@@ -23,12 +23,12 @@ EXPERIMENTS = {"sparse_parity": "E1 sparse parity", "scratchpad_parity": "E2 par
 
 def collect(paths, expected=None, language=None) -> pd.DataFrame:
     """The cells' tables (each checked to be of its cell, as the sweeps are: `expected`, one
-    identity token per path) and E4's (`language`, checked by its own job) in one long table."""
+    identity token per path) and E4's (`language`, one per pair of language models, each
+    checked by its own job) in one long table."""
     frames = [read_intermediate(p, pd.read_parquet, "attention table") for p in paths]
     for path, df, token in zip(paths, frames, expected or [None] * len(frames), strict=True):
         check_recorded_cell(path, df, token, "the attention table")  # recorded as a sweep records it
-    if language:
-        frames.append(read_intermediate(language, pd.read_parquet, "attention table"))
+    frames += [read_intermediate(p, pd.read_parquet, "attention table") for p in language or []]
     df = pd.concat(frames, ignore_index=True)
     for axis in [*AXES, "layer", "head"]:
         if axis in df.columns:
@@ -73,10 +73,11 @@ def per_model(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _language_panels(df: pd.DataFrame, axes) -> None:
-    """E4's column: per layer of the long model (mean over heads, and its best head), the overlap
-    of the attention top k with the greedy influential tokens, and the attention mass on them."""
-    per_head = df.dropna(subset=["layer"])
-    whole = df[df["layer"].isna()].set_index("metric")["value"]
+    """E4's column: per layer of the long models (mean over heads, and its best head; each head
+    first averaged over the pairs of models), the overlap of the attention top k with the greedy
+    influential tokens, and the attention mass on them."""
+    per_head = df.dropna(subset=["layer"]).groupby(["layer", "head", "metric"])["value"].mean().reset_index()
+    whole = df[df["layer"].isna()].groupby("metric")["value"].mean()
     k = int(round(whole["chance"] * df["length"].iloc[0]))
     for ax, metrics, chance in ((axes[0], ("jaccard",), "jaccard_chance"), (axes[1], ("mass", "topk_mass"), "chance")):
         for metric, color in zip(metrics, ("C0", "C1"), strict=False):
@@ -89,7 +90,9 @@ def _language_panels(df: pd.DataFrame, axes) -> None:
         ax.set_xticks(sorted(per_head["layer"].unique()))
         ax.set_xlabel("layer of the long model")
         ax.legend(fontsize=6)
-    axes[0].set_title(f"E4 long language model\n({int(df['examples'].iloc[0])} scored tokens)")
+    tokens, pairs = int(df.groupby("seed")["examples"].first().sum()), df["seed"].nunique()
+    axes[0].set_title(f"E4 long language model{'s' if pairs > 1 else ''}\n({tokens} scored tokens, {pairs} "
+                      f"pair{'s' if pairs > 1 else ''})")
 
 
 def figure(csv, kinds: dict, out) -> None:

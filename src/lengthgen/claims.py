@@ -238,6 +238,7 @@ class _Scheme:
         self.acc, self.examples = at["accuracy"].mean(), at["examples"].sum()
         self.fit = float(self.fit_by_seed.median()) if len(self.fit_by_seed) else math.nan
         self.fits = self.fit >= fit_min
+        self.fitted = self.acc[self.fit_seeds(fit_min)]  # exact match of the seeds that fit at 1x
 
     def fit_seeds(self, fit_min: float) -> list:
         """The seeds whose model fits at 1x: only they are compared (an unfit model says nothing)."""
@@ -247,6 +248,8 @@ class _Scheme:
         """Resampled means over `seeds` (all by default). Every scheme of a task draws the same
         seed indices (one generator seed), so differences over the same seeds are paired."""
         seeds = list(self.acc.index) if seeds is None else seeds
+        if not seeds:
+            return np.full(st["n_boot"], math.nan)
         return stats.seed_binomial_means(self.acc[seeds].values, self.examples[seeds].values, st["n_boot"], st["seed"])
 
     def fit_note(self) -> str:
@@ -272,9 +275,10 @@ KIND_EXPERIMENT = {"scratchpad_parity": "E2", "variable_assignment": "E3"}
 
 def _task_coupling_rows(sweep: pd.DataFrame, task: str, info: dict, cfg: dict, st: dict) -> list[dict]:
     n_max = info["n_max"]
-    n = int(round(cfg["length_ratio"] * n_max))
+    ratio = cfg["length_ratio"] if info["kind"] == "scratchpad_parity" else cfg["assignment_length_ratio"]
+    n = int(round(ratio * n_max))
     label = f"{task} ({info['answer_format']} answers)" if info.get("answer_format") else task
-    where = f"{label} at n={n} ({cfg['length_ratio']:g}x)"
+    where = f"{label} at n={n} ({ratio:g}x)"
     lengths = set(sweep.loc[sweep["task"] == task, "length"])
     if n not in lengths or n_max not in lengths:
         return [make_row("2 coupling", f"{where}: not tested", math.nan, "-", NOT_MEASURED,
@@ -285,7 +289,28 @@ def _task_coupling_rows(sweep: pd.DataFrame, task: str, info: dict, cfg: dict, s
     rows = [_fit_summary(label, n_max, schemes, cfg)]
     if info["kind"] == "scratchpad_parity":
         return rows + [_parity_row(where, schemes[s], roles[s], cfg, st) for s in names]
-    return rows + _assignment_rows(where, schemes, roles, cfg, st)
+    heads = {s: info["scheme_options"][s]["position_head"] != "none" for s in names}
+    return rows + [_with_coverage(row, *id_coverage(info, n)) for row in _assignment_rows(where, schemes, roles,
+                                                                                           heads, cfg, st)]
+
+
+def _with_coverage(row: dict, coverage: str, beyond: bool) -> dict:
+    """A judged E3 row names the IDs training covered; inside them it decides nothing."""
+    if row["result"] not in (PASS, FAIL, INCONCLUSIVE):
+        return row
+    if beyond:
+        return {**row, "detail": f"{coverage}; {row['detail']}"}
+    return {**row, "result": INCONCLUSIVE, "detail": f"inside training coverage: {coverage}; {row['detail']}"}
+
+
+def id_coverage(info: dict, n: int) -> tuple[str, bool]:
+    """What IDs training covered (gaps spread them up to max_position - 1) against the longest
+    test sequence at n, and whether the test reaches beyond them: a length generalization test
+    inside the covered IDs shows only that a model interpolates what it was shown."""
+    longest = info["test_tokens"][str(n)]  # JSON keys
+    covered = info["max_position"]
+    note = f"training IDs 0-{covered - 1} (max_position {covered}), test sequences to {longest} tokens"
+    return note, longest > covered
 
 
 def _fit_summary(label: str, n_max: int, schemes: dict, cfg: dict) -> dict:
@@ -314,17 +339,28 @@ def _parity_row(where: str, s: _Scheme, role: str, cfg: dict, st: dict) -> dict:
                 n=len(seeds))
 
 
-def _assignment_rows(where: str, schemes: dict, roles: dict, cfg: dict, st: dict) -> list[dict]:
-    draws = {name: s.draws(st) for name, s in schemes.items()}
-    baselines = [s for name, s in schemes.items() if roles[name] == "index"]
+def _assignment_rows(where: str, schemes: dict, roles: dict, heads: dict, cfg: dict, st: dict) -> list[dict]:
+    """ppc against each kind of baseline without coupled IDs, a row each: the copy-head control
+    (ppc's pointer and copy head on index positions), which separates coupling from the copy
+    mechanism, and the plain index schemes the paper compares against. A baseline kind that is
+    not in the grid gets an N/A row, never a verdict."""
+    # each scheme over its fitted seeds only: an unfit model says nothing about length
+    draws = {name: s.draws(st, s.fit_seeds(cfg["fit_min"])) for name, s in schemes.items()}
+    index = [name for name in schemes if roles[name] == "index"]
+    kinds = {"copy-head control": [schemes[s] for s in index if heads[s]],
+             "best plain index scheme": [schemes[s] for s in index if not heads[s]]}
     rows = []
     for ppc in (s for name, s in schemes.items() if roles[name] == "ppc"):
-        fitted_base = [b for b in baselines if b.fits]
-        unfit = [b for b in baselines if not b.fits] + ([] if ppc.fits else [ppc])
-        best = max(fitted_base, key=lambda b: b.acc.mean(), default=None)
-        rows.append(_difference_row(f"{where}: {ppc.name} - best scheme without coupled IDs"
-                                    + (f" ({best.name})" if best else ""), ppc, best, draws, unfit,
-                                    cfg["margin"], st, baselines))
+        for kind, baselines in kinds.items():
+            if not baselines:
+                rows.append(make_row("2 coupling", f"{where}: {ppc.name} - {kind}", math.nan, f">= {cfg['margin']:g}",
+                                     NOT_MEASURED, "no such scheme in this grid"))
+                continue
+            best = max((b for b in baselines if b.fits), key=lambda b: draws[b.name].mean(), default=None)
+            # compared: ppc and the best fitted baseline; an unfit baseline is named, never compared
+            unfit = ([b for b in baselines if not b.fits] if best is None else []) + ([] if ppc.fits else [ppc])
+            rows.append(_difference_row(f"{where}: {ppc.name} - {kind}" + (f" ({best.name})" if best else ""),
+                                        ppc, best, draws, unfit, cfg["margin"], st, baselines))
         for pc in (s for name, s in schemes.items() if roles[name] == "pc"):
             rows.append(_difference_row(f"{where}: {ppc.name} - {pc.name} (oracle IDs)", ppc, pc, draws,
                                         [x for x in (ppc, pc) if not x.fits], -cfg["match_tolerance"], st, [pc]))
@@ -335,64 +371,96 @@ def _difference_row(check, a: _Scheme, b: _Scheme | None, draws, unfit, threshol
     """a - b at the compared length, judged on its interval against `threshold`. A FAIL stands
     whatever the unfit schemes are (a fitted one already reaches a); a PASS needs every compared
     scheme fitted, else INCONCLUSIVE."""
-    named = ", ".join(f"{s.name} {s.acc.mean():.3f}" for s in [a, *compared])
+    mean = {s.name: float(s.fitted.mean()) if len(s.fitted) else math.nan for s in [a, *compared]}
+    named = "fitted seeds' means: " + ", ".join(f"{s.name} {mean[s.name]:.3f}" for s in [a, *compared])
     unfit_note = "unfit at 1x: " + ", ".join(s.fit_note() for s in unfit) if unfit else ""
     if b is None or not a.fits:
         return make_row("2 coupling", check, math.nan, f">= {threshold:g}", INCONCLUSIVE,
                     "; ".join(x for x in (unfit_note or "no fitted scheme to compare", named) if x))
-    value = float(a.acc.mean() - b.acc.mean())
-    ci = stats.percentile_ci(draws[a.name] - draws[b.name], st["level"])
+    value, ci = mean[a.name] - mean[b.name], stats.percentile_ci(draws[a.name] - draws[b.name], st["level"])
     result = stats.interval_verdict(*ci, threshold, ">=")
     if result == PASS and unfit:
         result = INCONCLUSIVE
-    headroom = 1.0 - float(b.acc.mean())
+    headroom = 1.0 - mean[b.name]
     if threshold > 0 and headroom < threshold:
         # a baseline within `threshold` of exact match cannot be beaten by `threshold`: the
         # design cannot tell, whatever a scores, so its FAIL would say nothing about the claim
         result = INCONCLUSIVE
-        named = f"no headroom: {b.name} at {b.acc.mean():.3f} leaves {headroom:.3f} < {threshold:g}; {named}"
+        named = f"no headroom: {b.name} at {mean[b.name]:.3f} leaves {headroom:.3f} < {threshold:g}; {named}"
     return make_row("2 coupling", check, value, f">= {threshold:g} (interval)", result,
-                "; ".join(x for x in (unfit_note, named) if x), ci, n=len(a.acc) + len(b.acc))
+                "; ".join(x for x in (unfit_note, named) if x), ci,
+                n=len(a.fitted) + len(b.fitted))
 
 
 # -- claim 3: language ------------------------------------------------------------------------
 
 
+CLAIM3 = "3 language"
+LANGUAGE_METHODS = ("greedy", "null", "attention", "random")
+
+
 def language_checks(scores: pd.DataFrame, cfg: dict, st: dict) -> list[dict]:
-    """Claim 3 (E4) from the per-token scores of the tokens with a gap L_short - L_long above
-    delta (`scored`), each judged on a bootstrap interval over those tokens: greedy k tokens
-    recover `recovered_min` of the gap (median); attention beats random at every k (paired:
-    the median of per-token differences); the short model does better with the greedy tokens
-    than with its window alone (paired mean)."""
-    k, s = cfg["greedy_k"], scores[scores["scored"]]
-    level, n_boot, seed = st["level"], st["n_boot"], st["seed"]
-    gap = (s["L_short"] - s["L_long"]).to_numpy()
-    recovered = {(m, j): (s["L_short"].to_numpy() - s[f"L_{m}_{j}"].to_numpy()) / gap
-                 for m in ("greedy", "attention", "random") for j in _ks(s, m)}
-    where = f"{len(s)} tokens with L_short - L_long > delta"
-    rows = []
-    if ("greedy", k) in recovered:
-        v = recovered[("greedy", k)]
-        ci = stats.bootstrap(v, np.median, n_boot, seed, level)
-        result = stats.interval_verdict(*ci, cfg["recovered_min"], ">=")
-        rows.append(make_row("3 language", f"greedy k={k}: median gap recovered", np.median(v),
-                         f">= {cfg['recovered_min']} (interval)", result, where, ci, n=len(v)))
+    """Claim 3 (E4) from the per-token scores (tables/language_scores.csv: the tokens with a gap
+    L_short - L_long above delta of every pair of language models), each judged on a
+    hierarchical bootstrap interval (`_language_row`): greedy k tokens recover `recovered_min`
+    of the gap (median); greedy recovers `null_margin` more than its null control, the same
+    greedy among another document's distant tokens (median of the per-token differences);
+    attention beats random, at its expectation, at every k (median of the per-token
+    differences); the short model does better with the greedy tokens than with its window
+    alone (paired mean)."""
+    k = cfg["greedy_k"]
+    s = scores[scores["scored"]] if "scored" in scores else scores
+    recovered = {(m, j): (s["L_short"] - s[f"L_{m}_{j}"]) / s["gap"] for m in LANGUAGE_METHODS for j in _ks(s, m)}
+    if ("greedy", k) not in recovered:  # no pair had a token with a gap above delta
+        return tag([make_row(CLAIM3, f"greedy k={k}: median gap recovered", math.nan, f">= {cfg['recovered_min']} "
+                         "(interval)", INCONCLUSIVE, "no scored tokens: none with L_short - L_long > delta")], "E4")
+    greedy = recovered[("greedy", k)]
+    rows = [_language_row(s, f"greedy k={k}: median gap recovered", greedy, np.median, cfg["recovered_min"], ">=",
+                          cfg, st, 0)]
+    null = recovered.get(("null", k), pd.Series(math.nan, index=s.index))
+    rows.append(_language_row(s, f"greedy - null control at k={k}: median per-token difference in gap recovered "
+                              "(null: greedy among another document's distant tokens)", greedy - null, np.median,
+                              cfg["null_margin"], ">=", cfg, st, 1,
+                              f"medians: greedy {greedy.median():.3f}, null {null.median():.3f}"))
     for j in sorted(j for m, j in recovered if m == "attention"):
         if ("random", j) in recovered:
             d = recovered[("attention", j)] - recovered[("random", j)]
-            ci = stats.bootstrap(d, np.median, n_boot, seed + j, level)
-            rows.append(make_row("3 language", f"attention - random at k={j}: median per-token difference in gap "
-                             "recovered", np.median(d), "> 0 (interval)", stats.interval_verdict(*ci, 0.0, ">"),
-                             f"paired over {where}", ci, n=len(d)))
+            rows.append(_language_row(s, f"attention - random at k={j}: median per-token difference in gap "
+                                      "recovered", d, np.median, 0.0, ">", cfg, st, 100 + j))
     positions = "coupled" if cfg["short_coupled"] else "true"
     if "short_window" in s and f"short_{positions}_{k}" in s:
-        d = (s["short_window"] - s[f"short_{positions}_{k}"]).to_numpy()
-        ci = stats.bootstrap(d, np.mean, n_boot, seed, level)
-        check = f"short model: loss(window) - loss(window + {k} greedy tokens, {positions} IDs)"
-        rows.append(make_row("3 language", check,
-                         d.mean(), "> 0 (interval)", stats.interval_verdict(*ci, 0.0, ">"),
-                         f"paired mean over {where}", ci, n=len(d)))
+        d = s["short_window"] - s[f"short_{positions}_{k}"]
+        rows.append(_language_row(s, f"short model: loss(window) - loss(window + {k} greedy tokens, {positions} "
+                                  "IDs)", d, np.mean, 0.0, ">", cfg, st, 2, "paired mean"))
     return tag(rows, "E4")
+
+
+def _language_row(s: pd.DataFrame, check: str, values: pd.Series, statistic, threshold: float, direction: str,
+                  cfg: dict, st: dict, offset: int, note: str = "") -> dict:
+    """One claim-3 row: `statistic` of the per-token `values` (NaN: not measured for that
+    token) with its interval from stats.hierarchical_draws over model pairs (`seed`), then
+    documents within a pair, then tokens within a document. INCONCLUSIVE, whatever the
+    interval, with fewer than `min_models` pairs or a pair whose tokens come from fewer than
+    `min_documents` documents: too few units to resample."""
+    v = values.dropna()
+    units = s.loc[v.index, ["seed", "document"]]
+    threshold_text = f"{direction} {threshold:g} (interval)"
+    if v.empty:
+        return make_row(CLAIM3, check, math.nan, threshold_text, INCONCLUSIVE, "; ".join(
+            x for x in (note, "not measured on any scored token") if x))
+    per_model = v.groupby(units["seed"]).agg(statistic)
+    docs = units.groupby("seed")["document"].nunique()
+    draws = stats.hierarchical_draws(v, [units["seed"], units["document"]], statistic, st["n_boot"],
+                                     st["seed"] + offset)
+    ci = stats.percentile_ci(draws, st["level"])
+    few = len(per_model) < cfg["min_models"] or docs.min() < cfg["min_documents"]
+    result = INCONCLUSIVE if few else stats.interval_verdict(*ci, threshold, direction)
+    counts = (f"{len(per_model)} model pairs, {units['document'].nunique()} documents (at least {docs.min()} per "
+              f"pair), {len(v)} tokens")
+    spread = f"per model {per_model.min():.3f} to {per_model.max():.3f}"
+    needs = (f"needs {cfg['min_models']} model pairs and {cfg['min_documents']} documents per pair" if few else "")
+    detail = "; ".join(x for x in (note, spread, counts, needs) if x)
+    return make_row(CLAIM3, check, statistic(v.to_numpy()), threshold_text, result, detail, ci, n=len(per_model))
 
 
 def _ks(scored: pd.DataFrame, method: str) -> list[int]:

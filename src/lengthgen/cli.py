@@ -56,6 +56,15 @@ def _named_path(text: str) -> tuple[str, str]:
     return name, path
 
 
+def _model_log(text: str) -> tuple[tuple[str, int], str]:
+    """NAME/seed<n>=PATH: a language model's training log."""
+    key, path = _named_path(text)
+    name, _, seed = key.partition("/seed")
+    if not (name and seed.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME/seed<n>=PATH")
+    return (name, int(seed)), path
+
+
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -139,7 +148,7 @@ def cmd_provenance(a) -> None:
 def cmd_claims(a) -> None:
     from lengthgen import scorecard
 
-    scorecard.build(a.sweep_csv, a.sparse_tasks, a.train_max, a.config, a.coupling, a.influence, a.attention,
+    scorecard.build(a.sweep_csv, a.sparse_tasks, a.train_max, a.config, a.coupling, a.language_scores, a.attention,
                     a.csv, a.md, log=_log, scale=a.scale, needle=a.needle)
 
 
@@ -220,8 +229,16 @@ def cmd_score(a) -> None:
 def cmd_influence_report(a) -> None:
     from lengthgen.language import report
 
-    report.run(a.scores, dict(m.split("=", 1) for m in a.train_logs), a.config, a.csv, a.train_csv,
+    report.run(a.scores, dict(a.train_logs), a.config, a.csv, a.train_csv,
                dict(zip(("gap", "recovered", "short_model"), a.figures, strict=True)))
+
+
+def cmd_language_scores(a) -> None:
+    from lengthgen.language import scores
+
+    if len(a.seeds) != len(a.scores):
+        raise UserError(f"--seeds: {len(a.seeds)} seeds for {len(a.scores)} score tables")
+    scores.run(a.scores, a.seeds, a.csv, stale=a.stale)
 
 
 def cmd_diff(a) -> int:
@@ -317,7 +334,7 @@ def _table_stages(sub) -> None:
     s = sub.add_parser("aggregate-attention", help="collect the cells' attention.parquet into one long table")
     s.add_argument("--cells", nargs="+", required=True)
     s.add_argument("--expect", nargs="+", type=_identity, help="each table's cell identity, in the order of --cells")
-    s.add_argument("--language", help="E4's language/attention.parquet, if run")
+    s.add_argument("--language", nargs="*", default=[], help="E4's language/attention/seed<n>.parquet, if run")
     s.add_argument("--csv", required=True)
     s.add_argument("--stale", nargs="*", default=[], help="files made from the table, removed before it is rebuilt")
     s.set_defaults(func=cmd_aggregate_attention)
@@ -332,7 +349,7 @@ def _table_stages(sub) -> None:
     s.add_argument("--scale", type=_json, default={},
                    help="E1 tasks at several model sizes as JSON: {name: 'LxD'} (the scale analysis)")
     s.add_argument("--needle", type=_json, default={}, help="needle tasks as JSON: {name: longest training haystack}")
-    s.add_argument("--influence", help="the per-token scores results/language/influence.parquet (E4), if run")
+    s.add_argument("--language-scores", help="E4's per-token table tables/language_scores.csv, if run")
     s.add_argument("--attention", help="tables/attention.csv, if run: the analysis rows beyond the paper")
     s.add_argument("--csv", required=True)
     s.add_argument("--md", required=True)
@@ -416,18 +433,25 @@ def _language_stages(sub) -> None:
     s.set_defaults(func=cmd_score)
 
     s = sub.add_parser("influence-report", help="E4 tables and figures from the scores")
-    s.add_argument("--scores", required=True)
-    s.add_argument("--train-logs", nargs="+", required=True, help="NAME=train_log.parquet")
+    s.add_argument("--scores", nargs="+", required=True, help="every pair's language/scores/seed<n>.parquet")
+    s.add_argument("--train-logs", nargs="+", type=_model_log, required=True, help="NAME/seed<n>=train_log.parquet")
     s.add_argument("--config", type=_json, required=True, help="language and claims.language (JSON)")
     s.add_argument("--csv", required=True)
     s.add_argument("--train-csv", required=True)
     s.add_argument("--figures", nargs=3, required=True, help="gap, recovered and short-model PNGs")
     s.set_defaults(func=cmd_influence_report)
 
+    s = sub.add_parser("language-scores", help="the per-token table of every pair's scored tokens (E4)")
+    s.add_argument("--scores", nargs="+", required=True, help="every pair's language/scores/seed<n>.parquet")
+    s.add_argument("--seeds", nargs="+", type=int, required=True, help="the model seed of each, in order")
+    s.add_argument("--csv", required=True)
+    s.add_argument("--stale", nargs="*", default=[], help="files made from the table, removed before it is rebuilt")
+    s.set_defaults(func=cmd_language_scores)
+
     s = sub.add_parser("language-attention", help="the long language model's attention at the scored tokens (E4)")
     s.add_argument("--config", type=_json, required=True, help="T_long, T_short, k, seed, device, threads (JSON)")
     s.add_argument("--long", required=True, help="the long model's model.pt")
-    s.add_argument("--scores", required=True, help="language/influence.parquet")
+    s.add_argument("--scores", required=True, help="the pair's language/scores/seed<n>.parquet")
     s.add_argument("--expect", type=_lm_identity, help="the long model's identity (language/long@config)")
     s.add_argument("--tokenizer", required=True)
     s.add_argument("--tokens", required=True)

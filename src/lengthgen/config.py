@@ -60,6 +60,9 @@ def validate(config: dict, schema: dict) -> dict:
     """Return a validated copy of `config` with defaults filled; UserError names the key."""
     # Keys starting with "_" only hold YAML anchors (see config.yaml).
     config = copy.deepcopy({k: v for k, v in config.items() if not str(k).startswith("_")})
+    if isinstance(config.get("language"), dict) and "seed" in config["language"]:
+        raise UserError("config.language.seed: now language.seeds, a list of model seeds (one pair of language "
+                        "models each)")
     fill_defaults(config, schema, schema)
     _check(config, schema, schema)
     defs = schema["$defs"]
@@ -81,17 +84,27 @@ def validate(config: dict, schema: dict) -> dict:
         _check_model_shape(task["model"], f"{where}.model")
         task["scheme_options"] = _task_schemes(config, task, module, where, schema)
         module.check(task["params"], task["eval"], where)
-        # training lengths too: a test grid may stop short of n_max
-        n = max(*task["eval"]["lengths"], task["params"]["n_max"])
-        longest = module.seq_len(task["params"], n)
-        if longest > task["model"]["max_position"]:
-            raise UserError(
-                f"{where}.model.max_position: {task['model']['max_position']} is below the longest "
-                f"sequence (n = {n}: {longest} tokens)"
-            )
+        _check_max_position(task, module, where)
     if config["language"] is not None:
         _check_language(config)
+        config["language"]["seeds"] = [s + config["seed_offset"] for s in config["language"]["seeds"]]
     return config
+
+
+def _check_max_position(task: dict, module, where: str) -> None:
+    """Training IDs stay below `max_position` (gaps spread them up to it), so every training
+    sequence must fit. Test sequences may run past it, which is how a test reaches IDs no
+    training example had, except for a scheme that looks IDs up in a table of that size."""
+    opts = task["scheme_options"]
+    tabled = [s for s, o in opts.items() if o["encoding"] == "ape" or o["position_head"] == "classifier"]
+    n = max(*task["eval"]["lengths"], task["params"]["n_max"]) if tabled else task["params"]["n_max"]
+    longest = module.seq_len(task["params"], n)
+    if longest > task["model"]["max_position"]:
+        needs = f", which {', '.join(map(repr, tabled))} looks up in a table of that size" if tabled else ""
+        raise UserError(
+            f"{where}.model.max_position: {task['model']['max_position']} is below the longest "
+            f"sequence (n = {n}: {longest} tokens){needs}"
+        )
 
 
 def _check_language(config: dict) -> None:
@@ -327,8 +340,9 @@ def cell_token(config: dict, task_name: str, scheme: str, seed: int) -> str:
     return identity.of_cell(cell_slice(config, task_name, scheme, seed))
 
 
-def lm_slice(config: dict, name: str) -> dict:
-    """What one language model depends on: its context, the shared model and training keys."""
+def lm_slice(config: dict, name: str, seed: int) -> dict:
+    """What one language model depends on: its context and seed (one of language.seeds, the
+    offset applied), the shared model and training keys."""
     lang = config["language"]
     context = lang["T_long"] if name == "long" else lang["T_short"]
     train = {**lang["train"], "batch_size": max(1, lang["train"]["batch_tokens"] // context)}
@@ -338,22 +352,23 @@ def lm_slice(config: dict, name: str) -> dict:
         "pose_target": lang["T_long"] if name == "pose" else None,
         "model": lang["model"],
         "train": train,
-        "seed": lang["seed"] + config["seed_offset"],
+        "seed": seed,
         "device": config["device"],
         "gpu": uses_gpu(config),
         "threads": config["threads"],
     }
 
 
-def lm_token(config: dict, name: str) -> str:
+def lm_token(config: dict, name: str, seed: int) -> str:
     """The identity a language model's checkpoint must record (lengthgen.identity)."""
-    return identity.of_lm(lm_slice(config, name))
+    return identity.of_lm(lm_slice(config, name, seed))
 
 
-def influence_slice(config: dict) -> dict:
+def influence_slice(config: dict, seed: int) -> dict:
+    """What the scoring of one pair of language models (model seed `seed`) depends on."""
     lang = config["language"]
     return {k: lang[k] for k in ("T_long", "T_short", "influence", "models")} | {
-        "device": config["device"], "threads": config["threads"]}
+        "seed": seed, "device": config["device"], "threads": config["threads"]}
 
 
 def eval_slice(config: dict) -> dict:

@@ -14,10 +14,11 @@ from lengthgen.aggregate import parse_csv
 from lengthgen.errors import UserError
 
 # The key columns of our tables: E1-E3 (task ... depth), the scorecard (claim, check), E4's
-# influence.csv (model, method, positions, k) and language_train.csv (model, step), and
-# attention.csv (task ... depth, then layer, head, metric).
+# influence.csv (model, method, positions, k), language_train.csv (model, seed, step) and
+# language_scores.csv (seed, index: a token of a pair), and attention.csv (task ... depth, then
+# layer, head, metric).
 KEY_COLUMNS = ("task", "scheme", "seed", "length", "k", "depth", "claim", "check", "model", "method", "positions",
-               "step", "layer", "head", "metric")
+               "step", "index", "layer", "head", "metric")
 
 
 # What provenance.json records besides the commit: when one of these differs, cells can move by

@@ -4,20 +4,19 @@ the scorecard. The checks themselves (statistics, thresholds, verdict words) liv
 
 from __future__ import annotations
 
-import pandas as pd
-
 from lengthgen import attention_report, claims
 from lengthgen import scale as beyond
 from lengthgen.aggregate import read_sweep
 from lengthgen.errors import UserError
-from lengthgen.fileio import read_intermediate
+from lengthgen.language import scores as language_scores
 
 
-def build(sweep_csv, sparse_tasks: list[str], train_max: int, cfg: dict, coupling: dict, influence, attention,
+def build(sweep_csv, sparse_tasks: list[str], train_max: int, cfg: dict, coupling: dict, language, attention,
           csv_out, md_out, log=print, scale: dict | None = None, needle: dict | None = None) -> None:
-    """Write claims.csv and claims.md from the sweep table and, where run, E4's per-token scores
-    (`influence`), the attention table (`attention`), and the analyses beyond the paper: E1 at
-    several model sizes (`scale`: {task: "LxD"}) and the needle task (`needle`: {task: n_max})."""
+    """Write claims.csv and claims.md from the sweep table and, where run, E4's per-token table
+    (`language`: tables/language_scores.csv), the attention table (`attention`), and the
+    analyses beyond the paper: E1 at several model sizes (`scale`: {task: "LxD"}) and the needle
+    task (`needle`: {task: n_max})."""
     scale, needle = scale or {}, needle or {}
     missing = [k for k in ("sparsity", "coupling", "language", "attention", "stats") if k not in cfg]
     if missing:
@@ -27,12 +26,11 @@ def build(sweep_csv, sparse_tasks: list[str], train_max: int, cfg: dict, couplin
     rows += claims.coupling_checks(sweep, coupling, cfg["coupling"], cfg["stats"]) if coupling else []
     rows += beyond.scale_checks(sweep, scale, train_max, cfg["sparsity"], cfg["stats"])
     rows += beyond.needle_checks(sweep, needle, cfg["sparsity"], cfg["stats"])
-    if influence:
-        scores = read_intermediate(influence, pd.read_parquet, "score table")
-        rows += claims.language_checks(scores, cfg["language"], cfg["stats"])
+    if language:
+        rows += claims.language_checks(language_scores.read(language), cfg["language"], cfg["stats"])
     if attention:
         rows += attention_rows(attention, sweep, sparse_tasks, train_max, coupling, cfg)
-    ran = {"1 sparsity": sparse_tasks, "2 coupling": coupling, "3 language": influence}
+    ran = {"1 sparsity": sparse_tasks, "2 coupling": coupling, "3 language": language}
     missing = [claim for claim, tasks in ran.items() if not tasks]
     rows = sorted(rows + claims.unmeasured_rows(missing), key=lambda r: r["claim"])
     claims.write_scorecard(rows, csv_out, md_out, cfg.get("run", "exploratory"))

@@ -94,6 +94,46 @@ def bootstrap(values, statistic, n_boot: int, seed: int, level: float = 0.95) ->
     return percentile_ci(np.array([statistic(values[i]) for i in idx]), level)
 
 
+def hierarchical_draws(values, units: list, statistic, n_boot: int, seed: int, resample_values: bool = True):
+    """(n_boot,) `statistic` of pooled resamples of `values` (1-D), drawn level by level as the
+    data were: the outer units (units[0], e.g. model seeds) with replacement, then within each
+    drawn unit its units of the next level (units[1], e.g. documents) with replacement, and so
+    on; then, with `resample_values`, the values of each drawn innermost unit with replacement
+    (else all of them). A unit drawn twice brings two independent draws of what it holds. Each
+    level's spread thus enters the interval, which a bootstrap of the values alone leaves out
+    when values of one unit are alike. `units`: one label array per level, as long as values."""
+    values = np.asarray(values, dtype=float)
+    if len(values) == 0:
+        return np.full(n_boot, np.nan)
+    frame = pd.DataFrame({level: np.asarray(labels) for level, labels in enumerate(units)})
+    # node ids per level, numbered in sorted order of their labels: children of a node are contiguous
+    ids = [frame.groupby(list(range(level + 1)), sort=True).ngroup().to_numpy() for level in range(len(units))]
+    children = []  # per level but the last: (first child, number of children) of each node
+    for parent, child in itertools.pairwise(ids):
+        span = pd.Series(child).groupby(parent).agg(["min", "max"])
+        children.append((span["min"].to_numpy(), (span["max"] - span["min"] + 1).to_numpy()))
+    order = np.argsort(ids[-1], kind="stable")  # the values of each innermost unit, contiguous
+    sizes = np.bincount(ids[-1])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    rng = np.random.default_rng(seed)
+
+    def pick(first: np.ndarray, count: np.ndarray, draw: bool) -> np.ndarray:
+        """For each (first, count) range, `count` members: drawn with replacement, or all."""
+        base = np.repeat(first, count)
+        if draw:
+            return base + (rng.random(len(base)) * np.repeat(count, count)).astype(np.int64)
+        return base + np.arange(len(base)) - np.repeat(np.cumsum(count) - count, count)
+
+    n_top = int(ids[0].max()) + 1
+    out = np.empty(n_boot)
+    for b in range(n_boot):
+        nodes = rng.integers(0, n_top, n_top)
+        for first, count in children:
+            nodes = pick(first[nodes], count[nodes], True)
+        out[b] = statistic(values[order[pick(starts[nodes], sizes[nodes], resample_values)]])
+    return out
+
+
 def group_mean_ci(groups: dict, n_boot: int, seed: int, level: float = 0.95) -> dict:
     """Per group (e.g. k): its values resampled with replacement, `n_boot` times; returns the
     (n_boot,) means of each group, from one generator, for intervals of means and differences."""

@@ -36,7 +36,7 @@ rule aggregate:
 rule claims:
     input:
         sweep=results("tables/length_sweep.csv"),
-        influence=language_scores(),
+        language=language_score_table(),
         attention=attention_table(),
     output:
         csv=results("tables/claims.csv"),
@@ -52,13 +52,13 @@ rule claims:
         coupling=as_json(coupling_info()),
         scale=as_json(sparse_sizes()),
         needle=as_json(needle_info()),
-        influence=lambda w, input: f"--influence {input.influence[0]}" if input.influence else "",
+        language=lambda w, input: f"--language-scores {input.language[0]}" if input.language else "",
         attention=lambda w, input: f"--attention {input.attention[0]}" if input.attention else "",
         code=CODE["claims"],
     shell:
         "python -m lengthgen claims --sweep-csv {input.sweep:q} --sparse-tasks {params.sparse:q}"
         " --train-max {params.train_max} --config {params.config:q} --coupling {params.coupling:q}"
-        " --scale {params.scale:q} --needle {params.needle:q} {params.influence} {params.attention}"
+        " --scale {params.scale:q} --needle {params.needle:q} {params.language} {params.attention}"
         " --csv {output.csv:q} --md {output.md:q} 2> {log:q} && cat {log:q}"
 
 

@@ -35,39 +35,39 @@ rule attention:
         " --expect {params.expect:q} --out {output:q} 2> {log:q}"
 
 
-# E4: the long language model's attention at the scored tokens, against their greedy tokens.
+# E4: each pair's long language model's attention at its scored tokens, against their greedy tokens.
 if CONFIG["language"]:
 
     rule language_attention:
         input:
-            long=results("language/models/long/model.pt"),
-            scores=results("language/influence.parquet"),
+            long=results("language/models/long/seed{seed}/model.pt"),
+            scores=results("language/scores/seed{seed}.parquet"),
             tokenizer=results("language/tokenizer.json"),
             tokens=results("language/tokens/tokens.json"),
         output:
-            results("language/attention.parquet"),
+            results("language/attention/seed{seed}.parquet"),
         log:
-            results("logs/language/attention.log"),
+            results("logs/language/attention/seed{seed}.log"),
         benchmark:
-            results("benchmarks/language/attention.tsv")
+            results("benchmarks/language/attention/seed{seed}.tsv")
         conda:
             ENV
         threads: CONFIG["threads"]
         resources:
             gpu=GPU,
         params:
-            config=as_json(
+            config=lambda w: as_json(
                 {
                     "T_long": CONFIG["language"]["T_long"],
                     "T_short": CONFIG["language"]["T_short"],
                     "k": CONFIG["claims"]["language"]["greedy_k"],
-                    "seed": CONFIG["language"]["seed"] + CONFIG["seed_offset"],
+                    "seed": int(w.seed),
                     "device": CONFIG["device"],
                     "threads": CONFIG["threads"],
                 }
             ),
             tokens_dir=subpath(input.tokens, parent=True),
-            expect=lgconfig.lm_token(CONFIG, "long"),
+            expect=lambda w: lgconfig.lm_token(CONFIG, "long", int(w.seed)),
             code=CODE["language_attention"],
         shell:
             "python -m lengthgen language-attention --config {params.config:q} --long {input.long:q}"
@@ -78,7 +78,7 @@ if CONFIG["language"]:
 rule aggregate_attention:
     input:
         cells=cell_paths(results("runs/{task}/{scheme}/seed{seed}/attention.parquet")),
-        language=[results("language/attention.parquet")] if CONFIG["language"] else [],
+        language=language_attention_tables(),
     output:
         results("tables/attention.csv"),
     log:
@@ -87,7 +87,7 @@ rule aggregate_attention:
         ENV
     params:
         expect=cell_tokens(),  # each table's cell, in the order of the inputs
-        language=lambda w, input: f"--language {input.language[0]}" if input.language else "",
+        language=lambda w, input: f"--language {' '.join(input.language)}" if input.language else "",
         stale=made_from_tables(),
         code=CODE["attention_report"],
     shell:

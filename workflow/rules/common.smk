@@ -12,6 +12,7 @@ sys.path.insert(0, SRC)
 os.environ.update(PYTHONPATH=SRC)
 
 from lengthgen import config as lgconfig  # noqa: E402
+from lengthgen import tasks as lgtasks  # noqa: E402
 from lengthgen.digest import stage_digest  # noqa: E402
 from lengthgen.errors import UserError  # noqa: E402
 from lengthgen.fileio import canonical_json  # noqa: E402
@@ -78,6 +79,7 @@ STAGES = {
     "language": "language.lm",
     "influence": "language.influence",
     "language_report": "language.report",
+    "language_scores": "language.scores",
 }
 CODE = {stage: stage_digest(f"lengthgen.{module}") for stage, module in STAGES.items()}
 
@@ -187,8 +189,8 @@ def intermediates():
         files += [results(f) for f in ("language/corpus.parquet", "language/tokenizer.json")]
         files += [results(f"language/tokens/{name}") for name in tokens]
         files += [f for name in ("model.pt", "train_log.parquet", "meta.json") for f in language_models(name)]
-        files += language_scores()
-        files += [results("language/attention.parquet")] if CONFIG["attention"] else []
+        files += pair_scores()
+        files += language_attention_tables()
     return files
 
 
@@ -256,12 +258,16 @@ def coupling_tasks():
 
 def coupling_info():
     """What the claim-2 checks read: each E2/E3 task's kind, longest training length, answer
-    format (E3) and the options of the schemes it runs."""
+    format (E3), the IDs its training covered (max_position) against its test sequences, and the
+    options of the schemes it runs."""
     return {
         t["name"]: {
             "kind": t["kind"],
             "n_max": t["params"]["n_max"],
             "answer_format": t["params"].get("answer_format"),
+            "max_position": t["model"]["max_position"],
+            # tokens of the longest test sequence at each length: what the test asks of the IDs
+            "test_tokens": {n: lgtasks.get(t["kind"]).seq_len(t["params"], n) for n in t["eval"]["lengths"]},
             "scheme_options": t["scheme_options"],
         }
         for t in coupling_tasks()
@@ -290,9 +296,31 @@ def attention_table():
     return [results("tables/attention.csv")] if CONFIG["attention"] else []
 
 
+def language_model_keys():
+    """(model, seed) of every E4 language model: each model of `language.models` once per seed
+    of `language.seeds` (one pair each); none when the config does not run E4."""
+    lang = CONFIG["language"]
+    return [(m, seed) for seed in lang["seeds"] for m in lang["models"]] if lang else []
+
+
 def language_models(name):
-    """A file of every E4 language model (none when the config does not run E4)."""
-    return [results(f"language/models/{m}/{name}") for m in CONFIG["language"]["models"]] if CONFIG["language"] else []
+    """A file of every E4 language model, in the order of language_model_keys()."""
+    return [results(f"language/models/{m}/seed{seed}/{name}") for m, seed in language_model_keys()]
+
+
+def pair_paths(pattern):
+    """`pattern` (with {seed}) for every pair of E4 language models; none when E4 does not run."""
+    return [pattern.format(seed=seed) for seed in CONFIG["language"]["seeds"]] if CONFIG["language"] else []
+
+
+def pair_scores():
+    """Each pair's per-token scores (language/scores/seed<n>.parquet)."""
+    return pair_paths(results("language/scores/seed{seed}.parquet"))
+
+
+def language_attention_tables():
+    """Each pair's long-model attention at its scored tokens (when the attention analysis runs)."""
+    return pair_paths(results("language/attention/seed{seed}.parquet")) if CONFIG["attention"] else []
 
 
 def corpus_archive(wildcards):
@@ -311,12 +339,14 @@ def made_from_tables():
 
 def language_tables():
     """E4's tables, when the config runs it."""
-    return [results("tables/influence.csv"), results("tables/language_train.csv")] if CONFIG["language"] else []
+    names = ("influence.csv", "language_train.csv", "language_scores.csv")
+    return [results(f"tables/{name}") for name in names] if CONFIG["language"] else []
 
 
-def language_scores():
-    """E4's per-token scores, which the claim-3 tests resample (none when E4 does not run)."""
-    return [results("language/influence.parquet")] if CONFIG["language"] else []
+def language_score_table():
+    """E4's per-token table of every pair's scored tokens, which the claim-3 rows resample (none
+    when E4 does not run)."""
+    return [results("tables/language_scores.csv")] if CONFIG["language"] else []
 
 
 def as_json(obj):

@@ -1,9 +1,10 @@
 # E4, natural language: corpus -> tokenizer -> token streams -> language models (one job per
-# context) -> influential-token scores -> tables and figures. Included only when the config
-# has a `language` section.
+# context and seed) -> influential-token scores (one job per pair: the models of one seed) ->
+# the per-token table, tables and figures over every pair. Included only when the config has a
+# `language` section.
 
 LANG = CONFIG["language"]
-LM_DIR = results("language/models/{lm}")
+LM_DIR = results("language/models/{lm}/seed{seed}")
 SHORT_MODELS = [m for m in LANG["models"] if m != "long"]
 
 
@@ -17,6 +18,7 @@ localrules:
     corpus,
     tokenizer,
     influence_report,
+    language_scores,
 
 
 rule fetch_corpus:
@@ -95,9 +97,9 @@ rule train_lm:
         train_log=f"{LM_DIR}/train_log.parquet",
         meta=f"{LM_DIR}/meta.json",
     log:
-        results("logs/language/train_{lm}.log"),
+        results("logs/language/train_{lm}/seed{seed}.log"),
     benchmark:
-        results("benchmarks/language/train_{lm}.tsv")
+        results("benchmarks/language/train_{lm}/seed{seed}.tsv")
     priority: 1  # the scoring waits on these: start them before the synthetic cells
     conda:
         ENV
@@ -105,8 +107,8 @@ rule train_lm:
     resources:
         gpu=GPU,
     params:
-        spec=lambda w: as_json(lgconfig.lm_slice(CONFIG, w.lm)),
-        checkpoint=results("checkpoints/language/{lm}/last.pt"),
+        spec=lambda w: as_json(lgconfig.lm_slice(CONFIG, w.lm, int(w.seed))),
+        checkpoint=results("checkpoints/language/{lm}/seed{seed}/last.pt"),
         out_dir=subpath(output.model, parent=True),
         tokens_dir=subpath(input.tokens, parent=True),
         code=CODE["language"],
@@ -116,30 +118,32 @@ rule train_lm:
         " --code-digest {params.code} 2> {log:q}"
 
 
+# One pair of language models (the long and short models of one seed) scored on its own draw of
+# validation tokens: claim 3 resamples pairs, so each pair is one job.
 rule score_influence:
     input:
-        long=results("language/models/long/model.pt"),
-        short=expand(results("language/models/{lm}/model.pt"), lm=SHORT_MODELS),
+        long=results("language/models/long/seed{seed}/model.pt"),
+        short=expand(results("language/models/{lm}/seed{{seed}}/model.pt"), lm=SHORT_MODELS),
         tokenizer=results("language/tokenizer.json"),
         tokens=results("language/tokens/tokens.json"),
     output:
-        results("language/influence.parquet"),
+        results("language/scores/seed{seed}.parquet"),
     log:
-        results("logs/language/score_influence.log"),
+        results("logs/language/score_influence/seed{seed}.log"),
     benchmark:
-        results("benchmarks/language/score_influence.tsv")
-    priority: 1  # the longest single job of the default: do not leave it for last
+        results("benchmarks/language/score_influence/seed{seed}.tsv")
+    priority: 1  # the longest single jobs of the default: do not leave them for last
     conda:
         ENV
     threads: CONFIG["threads"]
     resources:
         gpu=GPU,
     params:
-        config=as_json(lgconfig.influence_slice(CONFIG)),
+        config=lambda w: as_json(lgconfig.influence_slice(CONFIG, int(w.seed))),
         short=lambda w, input: " ".join(f"{m}={p}" for m, p in zip(SHORT_MODELS, input.short)),
         tokens_dir=subpath(input.tokens, parent=True),
         # what each model must be: another model's checkpoint in its directory would score as it
-        expect=[lgconfig.lm_token(CONFIG, m) for m in LANG["models"]],
+        expect=lambda w: [lgconfig.lm_token(CONFIG, m, int(w.seed)) for m in LANG["models"]],
         code=CODE["influence"],
     shell:
         "python -m lengthgen score --config {params.config:q} --long {input.long:q} --short {params.short}"
@@ -147,9 +151,29 @@ rule score_influence:
         " --out {output:q} 2> {log:q}"
 
 
+# The scored tokens of every pair in one small committed table: the claims rule judges it, so a
+# committed scorecard can be recomputed from committed tables (tests/test_language_scores.py).
+rule language_scores:
+    input:
+        pair_scores(),
+    output:
+        results("tables/language_scores.csv"),
+    log:
+        results("logs/language/language_scores.log"),
+    conda:
+        ENV
+    params:
+        seeds=LANG["seeds"],
+        stale=made_from_tables(),
+        code=CODE["language_scores"],
+    shell:
+        "python -m lengthgen language-scores --scores {input:q} --seeds {params.seeds}"
+        " --csv {output:q} --stale {params.stale:q} 2> {log:q}"
+
+
 rule influence_report:
     input:
-        scores=results("language/influence.parquet"),
+        scores=pair_scores(),
         train_logs=language_models("train_log.parquet"),
     output:
         csv=results("tables/influence.csv"),
@@ -163,7 +187,7 @@ rule influence_report:
     conda:
         ENV
     params:
-        logs=lambda w, input: [f"{m}={p}" for m, p in zip(LANG["models"], input.train_logs)],
+        logs=lambda w, input: [f"{m}/seed{seed}={p}" for (m, seed), p in zip(language_model_keys(), input.train_logs)],
         config=as_json({"language": LANG, "claims": CONFIG["claims"]["language"]}),
         code=CODE["language_report"],
     shell:

@@ -87,7 +87,7 @@ def _fingerprint(spec: dict, tokens_meta: dict, code_digest: str) -> str:
 
 def train_lm(spec: dict, tokenizer_path, tokens_dir, out_dir, checkpoint_path, code_digest: str = "", log=print):
     """Train one language model; write model.pt, train_log.parquet and meta.json into out_dir."""
-    cfg, name = spec["train"], f"language/{spec['name']}"
+    cfg, name = spec["train"], f"language/{spec['name']}/seed{spec['seed']}"
     dev = devices.resolve(spec["device"], spec["threads"])
     tok = tokenizers.load(tokenizer_path)
     stream, _ = tokenizers.load_stream(tokens_dir, "train", tok.sha256)

@@ -1,4 +1,5 @@
-"""E4 tables and figures from the per-token scores and the language models' training logs."""
+"""E4 tables and figures from the per-token scores of every pair of language models (pooled)
+and the language models' training logs."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from lengthgen.aggregate import write_csv  # noqa: E402
 from lengthgen.fileio import read_intermediate, save_png  # noqa: E402
 
 SUMMARY_KEYS = ["model", "method", "positions", "k"]
-METHODS = ("greedy", "attention", "random")
+METHODS = ("greedy", "null", "attention", "random")
 
 
 def recovered(scored: pd.DataFrame, method: str, k: int) -> pd.Series:
@@ -45,13 +46,19 @@ def _row(model, method, positions, k, loss: pd.Series, rec: pd.Series | None = N
 
 
 def training_curves(logs: dict) -> pd.DataFrame:
-    """Validation loss (and the training loss at the same steps) per language model."""
+    """Validation loss (and the training loss at the same steps) per language model, from
+    {(name, seed): train_log.parquet}."""
     parts = []
-    for name, path in sorted(logs.items()):
+    for (name, seed), path in sorted(logs.items()):
         log = read_intermediate(path, pd.read_parquet, "training log")
-        parts.append(log.dropna(subset=["validation_loss"]).assign(model=name)[["model", "step", "loss",
-                                                                              "validation_loss"]])
+        parts.append(log.dropna(subset=["validation_loss"]).assign(model=name, seed=seed)[
+            ["model", "seed", "step", "loss", "validation_loss"]])
     return pd.concat(parts, ignore_index=True)
+
+
+def read_scores(paths) -> pd.DataFrame:
+    """Every pair's score table, one after another (each row carries its pair's seed)."""
+    return pd.concat([read_intermediate(p, pd.read_parquet, "score table") for p in paths], ignore_index=True)
 
 
 # -- figures ---------------------------------------------------------------------------------
@@ -64,7 +71,7 @@ def gap_figure(scores: pd.DataFrame, delta: float, out) -> None:
     ax.axvline(delta, color="C3", linestyle="--", label=f"delta = {delta} ({(gap > delta).mean():.1%} above)")
     ax.set_yscale("log")
     ax.set(xlabel="L_short - L_long (nats)", ylabel="validation tokens",
-           title=f"Gain from long context ({len(gap)} tokens)")
+           title=f"Gain from long context ({len(gap)} tokens, {_pairs(scores)})")
     ax.legend(frameon=False)
     _save(fig, out)
 
@@ -74,14 +81,15 @@ def recovered_figure(scores: pd.DataFrame, ks: list, threshold: float, out) -> N
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     for i, method in enumerate(m for m in METHODS if f"L_{m}_{ks[0]}" in scored):
         rec = [recovered(scored, method, k) for k in ks]
-        ax.plot(ks, [r.median() for r in rec], marker="o", color=f"C{i}", label=method)
+        label = LABELS.get(method, method)
+        ax.plot(ks, [r.median() for r in rec], marker="o", color=f"C{i}", label=label)
         ax.fill_between(ks, [r.quantile(0.25) for r in rec], [r.quantile(0.75) for r in rec], color=f"C{i}",
                         alpha=0.15)
     ax.axhline(threshold, color="0.3", linestyle=":", label=f"claim 3 bar ({threshold})")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set(xlabel="k distant tokens", ylabel="gap recovered (median, IQR)",
-           title=f"Influential tokens ({len(scored)} tokens with a gap)")
+           title=f"Influential tokens ({len(scored)} tokens with a gap, {_pairs(scored)})")
     ax.legend(frameon=False)
     _save(fig, out)
 
@@ -103,15 +111,23 @@ def short_model_figure(summary: pd.DataFrame, out) -> None:
     _save(fig, out)
 
 
+LABELS = {"null": "null (greedy, another document's tokens)", "random": "random (expectation)"}
+
+
+def _pairs(scores: pd.DataFrame) -> str:
+    n = scores["seed"].nunique()
+    return f"{n} model pair{'s' if n != 1 else ''}"
+
+
 def _save(fig, out) -> None:
     fig.tight_layout()
     save_png(fig, out, dpi=120, tight=False)
 
 
-
-def run(scores_path, train_logs: dict, cfg: dict, csv, train_csv, figures: dict) -> None:
-    """influence.csv, language_train.csv and the three E4 figures."""
-    scores = read_intermediate(scores_path, pd.read_parquet, "score table")
+def run(score_paths, train_logs: dict, cfg: dict, csv, train_csv, figures: dict) -> None:
+    """influence.csv, language_train.csv and the three E4 figures, over every pair's scores.
+    `train_logs`: {(name, seed): train_log.parquet}."""
+    scores = read_scores(score_paths)
     ks = sorted(cfg["language"]["influence"]["k"])
     summary = summarize(scores, ks)
     write_csv(summary, csv)
