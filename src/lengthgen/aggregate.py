@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lengthgen import identity
+from lengthgen import identity, markdown
 from lengthgen.errors import UserError
 from lengthgen.fileio import atomic_path, canonical_json, read_intermediate, remove_stale, write_text
 
@@ -170,12 +170,12 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         axes = [a for a in AXES if a in df.columns and df[a].notna().any()]
         rows = ["scheme", *axes]
         lengths = sorted(df["length"].unique())
-        parts.append(f"\n## {task}\n\n| " + " | ".join(rows) + " | " + " | ".join(f"n={n}" for n in lengths) + " |")
-        parts.append("|" + "---|" * (len(rows) + len(lengths)))
+        body = []
         for key, g in df.groupby(rows, sort=True):
             by_len = g.set_index("length")
-            cells = [_cell(by_len.loc[n]) if n in by_len.index else "" for n in lengths]
-            parts.append("| " + " | ".join(map(str, key)) + " | " + " | ".join(cells) + " |")
+            body.append([*key, *(_cell(by_len.loc[n]) if n in by_len.index else "" for n in lengths)])
+        parts.append(f"\n## {task}\n")
+        parts += markdown.table([*rows, *(f"n={n}" for n in lengths)], body)
     return "\n".join(parts) + "\n"
 
 

@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from lengthgen import stats
+from lengthgen import markdown, stats
 from lengthgen.fileio import atomic_path, write_text
 from lengthgen.stats import FAIL, INCONCLUSIVE, PASS, spearman  # noqa: F401 (spearman: re-exported)
 
@@ -611,19 +611,20 @@ RUN_KINDS = {
 }
 
 
+def _scorecard_cells(r) -> list:
+    ci = "" if math.isnan(r.ci_low) else f"[{r.ci_low:.4f}, {r.ci_high:.4f}]"
+    p = "" if math.isnan(r.p) else f"{r.p:.4f}"
+    result = r.result if r.result in (DESCRIPTIVE, NOT_MEASURED) else f"**{r.result}**"
+    value = "" if math.isnan(r.value) else f"{r.value:.4f}"
+    return [r.claim, r.experiment, r.check, value, ci, p, r.n, r.threshold, result, r.detail]
+
+
 def write_scorecard(rows: list[dict], csv_out, md_out, run: str = "exploratory") -> None:
     df = pd.DataFrame(rows, columns=COLUMNS)
     with atomic_path(csv_out) as tmp:
         df.to_csv(tmp, index=False, float_format="%.4f", lineterminator="\n")
     lines = ["# Claims scorecard\n", f"Run: {RUN_KINDS[run]}.\n"]
     lines += [f"- {heading(c)}: {verdict(rows, c)}" for c in sorted(df["claim"].unique())]
-    lines += ["", "| claim | experiment | check | value | 95% CI | p | n | threshold | result | detail |",
-              "|" + "---|" * 10]
-    for r in df.itertuples():
-        ci = "" if math.isnan(r.ci_low) else f"[{r.ci_low:.4f}, {r.ci_high:.4f}]"
-        p = "" if math.isnan(r.p) else f"{r.p:.4f}"
-        result = r.result if r.result in (DESCRIPTIVE, NOT_MEASURED) else f"**{r.result}**"
-        value = "" if math.isnan(r.value) else f"{r.value:.4f}"
-        lines.append(f"| {r.claim} | {r.experiment} | {r.check} | {value} | {ci} | {p} | {r.n} | {r.threshold} | "
-                     f"{result} | {r.detail} |")
+    lines += ["", *markdown.table(["claim", "experiment", "check", "value", "95% CI", "p", "n", "threshold", "result",
+                                   "detail"], (_scorecard_cells(r) for r in df.itertuples()))]
     write_text(md_out, "\n".join(lines) + "\n")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from lengthgen import markdown
 from lengthgen.aggregate import read_sweep, read_table
 from lengthgen.errors import UserError
 
@@ -42,11 +43,9 @@ def k_means(results: Path, kind: str = "sparse_parity") -> str:
     means = sweep.groupby(["scheme", "k", "length"])["accuracy"].mean().unstack("length")
     models = sweep.groupby(["scheme", "k"])[["task", "seed"]].apply(lambda g: len(g.drop_duplicates()))
     lengths = list(means.columns)
-    lines = ["| scheme | k | " + " | ".join(f"n = {n} ({n / train_max:g}×)" for n in lengths) + " | models |",
-             "|---|---|" + "---|" * len(lengths) + "---|"]
-    for (scheme, k), row in means.iterrows():
-        cells = " | ".join(f"{row[n]:.3f}" for n in lengths)
-        lines.append(f"| `{scheme}` | {int(k)} | {cells} | {models[(scheme, k)]} |")
+    body = [[f"`{scheme}`", int(k), *(f"{row[n]:.3f}" for n in lengths), models[(scheme, k)]]
+            for (scheme, k), row in means.iterrows()]
+    lines = markdown.table(["scheme", "k", *(f"n = {n} ({n / train_max:g}×)" for n in lengths), "models"], body)
     return "\n".join(lines) + "\n"
 
 
@@ -54,10 +53,9 @@ def claim_rows(results: Path, claim: str, descriptive: bool = False) -> str:
     """The scorecard's rows of one claim: check, value, interval, p, n and result."""
     df = _claims(results)
     df = df[(df["claim"] == claim) & ((df["result"] != "descriptive") | descriptive)]
-    lines = ["| check | value | 95% CI | p | n | result |", "|---|---|---|---|---|---|"]
-    for r in df.itertuples():
-        ci = f"[{r.ci_low}, {r.ci_high}]" if r.ci_low else ""
-        lines.append(f"| {r.check} | {r.value} | {ci} | {r.p} | {r.n} | {r.result} |")
+    lines = markdown.table(["check", "value", "95% CI", "p", "n", "result"],
+                           ([r.check, r.value, f"[{r.ci_low}, {r.ci_high}]" if r.ci_low else "", r.p, r.n, r.result]
+                            for r in df.itertuples()))
     return "\n".join(lines) + "\n"
 
 

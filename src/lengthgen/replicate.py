@@ -11,6 +11,7 @@ import re
 
 import pandas as pd
 
+from lengthgen import markdown
 from lengthgen.aggregate import read_table
 from lengthgen.claims import DESCRIPTIVE, heading, verdict
 from lengthgen.errors import UserError
@@ -44,10 +45,9 @@ def report(main: pd.DataFrame, other: pd.DataFrame, names=("default", "replicate
         lines.append(f"- {heading(claim)}: {names[0]} {verdict(main.to_dict('records'), claim)}; {names[1]} "
                      f"{verdict(other.to_dict('records'), claim)}; "
                      + ("every verdict replicates" if same else f"{int((~rows['replicates']).sum())} row(s) differ"))
-    lines += ["", f"| claim | check | {names[0]} | {names[1]} | replicates |", "|---|---|---|---|---|"]
-    for r in both.itertuples():
-        cells = [_cell(r.value_main, r.result_main), _cell(r.value_other, r.result_other)]
-        lines.append(f"| {r.claim} | {r.key} | {cells[0]} | {cells[1]} | {'yes' if r.replicates else '**no**'} |")
+    body = [[r.claim, r.key, _cell(r.value_main, r.result_main), _cell(r.value_other, r.result_other),
+             "yes" if r.replicates else "**no**"] for r in both.itertuples()]
+    lines += ["", *markdown.table(["claim", "check", *names, "replicates"], body)]
     return "\n".join(lines) + "\n"
 
 

@@ -12,6 +12,8 @@ import re
 import sys
 from collections import Counter
 
+from lengthgen import markdown
+
 # Scorecard results in the order a reader looks for them; any other result follows, sorted.
 ORDER = ("PASS", "FAIL", "INCONCLUSIVE", "N/A")
 
@@ -28,13 +30,9 @@ def verdict_table(rows: list[dict]) -> str:
         counts.setdefault(row["claim"], Counter())[row["result"]] += 1
     seen = {result for c in counts.values() for result in c}
     results = [r for r in ORDER if r in seen] + sorted(seen - set(ORDER))
-    lines = ["| claim | experiments | verdict | checks | " + " | ".join(results) + " |",
-             "|---|---|---|---|" + "---|" * len(results)]
-    for claim in sorted(counts):
-        c = counts[claim]
-        cells = [claim, EXPERIMENTS.get(claim, ""), verdict(rows, claim), str(sum(c.values()))]
-        cells += [str(c[r]) for r in results]
-        lines.append("| " + " | ".join(cells) + " |")
+    body = [[claim, EXPERIMENTS.get(claim, ""), verdict(rows, claim), sum(counts[claim].values()),
+             *(counts[claim][r] for r in results)] for claim in sorted(counts)]
+    lines = markdown.table(["claim", "experiments", "verdict", "checks", *results], body)
     return "\n".join(lines) + "\n"
 
 
