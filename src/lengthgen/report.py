@@ -8,10 +8,11 @@ scorecard can also be inlined into the report's landing page without restyling t
 
 from __future__ import annotations
 
-import html
 import json
 import re
 
+import jinja2
+import markupsafe
 import yaml
 
 from lengthgen import claims
@@ -57,17 +58,62 @@ def result_class(result: str) -> str:
     return classes.get(result, "na")
 
 
+# The pages' markup, as Jinja2 templates that escape every value they are given (autoescape): a
+# check's text or a config value holding `<` or `&` shows as written. Kept here, not in files
+# beside the module, so the report stage's code digest covers them.
+_JINJA = jinja2.Environment(autoescape=True, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                            undefined=jinja2.StrictUndefined)
+PAGE = _JINJA.from_string("""\
+<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{{ title }}</title>
+<style>
+{{ style }}</style>
+</head>
+<body>
+<div class="lengthgen">
+{{ body }}</div>
+</body>
+</html>
+""")
+TABLE = _JINJA.from_string("""\
+<table class="{{ css }}">
+<thead><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr></thead>
+<tbody>
+{% for row in rows %}
+<tr>{% for text, cls in row %}<td{% if cls %} class="{{ cls }}"{% endif %}>{{ text }}</td>{% endfor %}</tr>
+{% endfor %}
+</tbody>
+</table>
+""")
+TALLY = _JINJA.from_string("""\
+<p class="tally">{{ label }}: {% for r, n in counts %}
+<span class="{{ result_class(r) }}">{{ n }} {{ r }}</span>{% endfor %}</p>
+""")
+SCORECARD = _JINJA.from_string("""\
+<h2>Claims scorecard</h2>
+<ul class="verdicts">{% for heading, verdict in verdicts %}<li><b>{{ heading }}</b>: {{ verdict }}</li>{% endfor %}</ul>
+""")
+RUN = _JINJA.from_string("""\
+<h2>Effective configuration</h2>
+<p>The configuration files merged, with every default filled in, as the rules saw it.</p>
+<pre>{{ config_yaml }}</pre>
+<h2>Provenance</h2>
+<p>The commit, library versions and devices of the runs behind these results (provenance.json).</p>
+<pre>{{ provenance }}</pre>
+""")
+
+
 def _page(title: str, body: str) -> str:
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
-            f"<style>\n{STYLE}</style>\n</head>\n<body>\n<div class=\"lengthgen\">\n{body}</div>\n</body>\n</html>\n")
+    """`body` is markup these templates made, so it goes in unescaped."""
+    return PAGE.render(title=title, style=markupsafe.Markup(STYLE), body=markupsafe.Markup(body))
 
 
 def _table(header: list[str], rows: list[list[tuple[str, str]]], css: str = "") -> str:
-    """`rows`: cells as (text, class); text is escaped here."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "\n".join("<tr>" + "".join(f'<td class="{c}">{html.escape(t)}</td>' if c else f"<td>{html.escape(t)}</td>"
-                                      for t, c in row) + "</tr>" for row in rows)
-    return f'<table class="{css}">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>\n'
+    """`rows`: cells as (text, class); the template escapes the text."""
+    return TABLE.render(header=header, rows=rows, css=css)
 
 
 def scorecard(claims_csv) -> str:
@@ -76,8 +122,7 @@ def scorecard(claims_csv) -> str:
     FAIL red, INCONCLUSIVE amber, N/A grey, descriptive rows plain."""
     df = read_table(claims_csv, CLAIMS_COLUMNS, "the claims scorecard", dtype=str, keep_default_na=False)
     rows = df.to_dict("records")
-    verdicts = "".join(f"<li><b>{html.escape(claims.heading(c))}</b>: {html.escape(claims.verdict(rows, c))}</li>"
-                       for c in sorted(df["claim"].unique()))
+    verdicts = [(claims.heading(c), claims.verdict(rows, c)) for c in sorted(df["claim"].unique())]
     paper = df["claim"].isin(claims.EXPERIMENTS)  # the README's verdict table counts these rows only
     tally = (_tally("the paper's claims", df.loc[paper, "result"].value_counts())
              + (_tally("beyond the paper", df.loc[~paper, "result"].value_counts()) if (~paper).any() else ""))
@@ -93,18 +138,18 @@ def scorecard(claims_csv) -> str:
             out += [(ci, "num"), (r["p"], "num"), (r["n"], "num")]
         return out + [(r["threshold"], ""), (r["result"], f"result {result_class(r['result'])}"), (r["detail"], "")]
 
-    body = (f'<h2>Claims scorecard</h2>\n<ul class="verdicts">{verdicts}</ul>\n{tally}'
-            + _table(header, [cells(r) for r in rows], css="scorecard"))
+    body = SCORECARD.render(verdicts=verdicts) + tally + _table(header, [cells(r) for r in rows], css="scorecard")
     return _page("Claims scorecard", body)
 
 
 def _tally(label: str, counts) -> str:
     """One line of counts per result (PASS, FAIL, INCONCLUSIVE always; N/A, descriptive where present)."""
-    spans = "".join(f'<span class="{result_class(r)}">{counts.get(r, 0)} {r}</span>' for r in RESULTS
-                    if r in counts or r in RESULTS[:3])
-    return f'<p class="tally">{html.escape(label)}: {spans}</p>\n'
+    shown = [(r, counts.get(r, 0)) for r in RESULTS if r in counts or r in RESULTS[:3]]
+    return TALLY.render(label=label, counts=shown, result_class=result_class)
 
 
+HEADING = _JINJA.from_string("<h{{ level }}>{{ text }}</h{{ level }}>\n")
+PARAGRAPH = _JINJA.from_string("<p>{{ text }}</p>\n")
 _CELL = re.compile(r"^(\d+(?:\.\d+)?) ± ")
 
 
@@ -128,9 +173,9 @@ def summary(summary_md) -> str:
             flush()
             if m := re.match(r"^(#{1,3}) (.*)", line):
                 level = len(m.group(1)) + 1  # the page's title is h1
-                parts.append(f"<h{level}>{html.escape(m.group(2))}</h{level}>\n")
+                parts.append(HEADING.render(level=level, text=m.group(2)))
             elif line.strip():
-                parts.append(f"<p>{html.escape(line)}</p>\n")
+                parts.append(PARAGRAPH.render(text=line))
     flush()
     return _page("Length sweep summary", "".join(parts))
 
@@ -152,10 +197,7 @@ def run_page(config: dict, provenance_json) -> tuple[str, str]:
             provenance = json.dumps(json.load(f), indent=2, sort_keys=True)
         except json.JSONDecodeError as err:
             raise UserError(f"{provenance_json}: not JSON ({err.msg}), expected the provenance record") from None
-    body = ("<h2>Effective configuration</h2>\n<p>The configuration files merged, with every default "
-            f"filled in, as the rules saw it.</p>\n<pre>{html.escape(config_yaml)}</pre>\n"
-            "<h2>Provenance</h2>\n<p>The commit, library versions and devices of the runs behind these "
-            f"results (provenance.json).</p>\n<pre>{html.escape(provenance)}</pre>\n")
+    body = RUN.render(config_yaml=config_yaml, provenance=provenance)
     return config_yaml, _page("Configuration and provenance", body)
 
 
