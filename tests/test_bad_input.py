@@ -63,7 +63,7 @@ CONFIG_CASES = [
     ("results_dir_trailing_slash", {"tasks": [_task()], "results_dir": "results/"}, "config.results_dir"),
     ("device_not_in_enum", {"tasks": [_task()], "device": "gpu"}, "config.device"),
     ("task_zero_max_steps", {"tasks": [_task(train={"max_steps": 0})]}, "tasks[0].train.max_steps"),
-    # E2/E3: impossible depth for N, IDs beyond max_position at the test lengths, PPC without coupled IDs
+    # E2/E3: impossible depth for N, training sequences beyond max_position, PPC without coupled IDs
     ("depth_exceeds_statements", {"tasks": [ASSIGNMENT], "schemes": PPC_SCHEMES} | _params(depth_max=5),
      "tasks[0].params.depth_max"),
     ("too_few_variables", {"tasks": [ASSIGNMENT], "schemes": PPC_SCHEMES} | _params(variables=6),
