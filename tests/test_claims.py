@@ -286,7 +286,7 @@ def e3_rows(extra, max_position=60):
     df = coupling_sweep("e3", {**E3, **extra})
     schemes = sorted({s for s, _ in {**E3, **extra}})
     task = {**info("variable_assignment", schemes), "answer_format": "statements", "max_position": max_position,
-            "test_tokens": {"10": 52, "20": 92}}
+            "test_tokens": {"10": 52, "15": 72, "20": 92}}
     return coupling_checks(df, {"e3": task}, COUPLING, ST)
 
 
@@ -344,6 +344,16 @@ def test_assignment_inside_the_training_coverage_decides_nothing():
     decided = [r for r in rows if r["result"] not in ("descriptive", "N/A")]
     assert decided and all(r["result"] == "INCONCLUSIVE" for r in decided)
     assert all(r["detail"].startswith("inside training coverage: training IDs 0-99") for r in decided)
+
+
+def test_assignment_at_the_other_test_lengths_gives_numbers_not_verdicts():
+    rows = e3_rows({("ppc", 15): [1, 1, 1], ("pc", 15): [1, 1, 1], ("pointer", 10): [1, 1, 1],
+                    ("pointer", 15): [0.5, 0.5, 0.5], ("pointer", 20): [0.4, 0.35, 0.5]})
+    at15 = [r for r in rows if "at n=15 (1.5x)" in r["check"]]
+    assert {r["check"].split(": ", 1)[1] for r in at15} == {"ppc - copy-head control (pointer)", "ppc - pc (oracle IDs)"}
+    assert all(r["result"] == "descriptive" and r["threshold"] == "-" for r in at15)
+    control = next(r for r in at15 if "copy-head" in r["check"])
+    assert control["value"] == pytest.approx(0.5) and control["detail"].startswith("training IDs 0-59")
 
 
 def test_coupling_without_the_2x_length_is_not_measured():

@@ -290,8 +290,17 @@ def _task_coupling_rows(sweep: pd.DataFrame, task: str, info: dict, cfg: dict, s
     if info["kind"] == "scratchpad_parity":
         return rows + [_parity_row(where, schemes[s], roles[s], cfg, st) for s in names]
     heads = {s: info["scheme_options"][s]["position_head"] != "none" for s in names}
-    return rows + [_with_coverage(row, *id_coverage(info, n)) for row in _assignment_rows(where, schemes, roles,
-                                                                                           heads, cfg, st)]
+    rows += [_with_coverage(row, *id_coverage(info, n)) for row in _assignment_rows(where, schemes, roles, heads,
+                                                                                    cfg, st)]
+    # the same comparisons at the other test lengths, as numbers, not verdicts: where along the
+    # length axis each scheme breaks down
+    for m in sorted(lengths - {n_max, n}):
+        at = {s: _Scheme(sweep, task, s, n_max, m, cfg["fit_min"]) for s in names}
+        coverage = id_coverage(info, m)[0]
+        rows += [{**row, "threshold": "-", "result": DESCRIPTIVE, "detail": f"{coverage}; {row['detail']}"}
+                 for row in _assignment_rows(f"{label} at n={m} ({m / n_max:g}x)", at, roles, heads, cfg, st)
+                 if row["result"] != NOT_MEASURED]
+    return rows
 
 
 def _with_coverage(row: dict, coverage: str, beyond: bool) -> dict:
