@@ -346,11 +346,24 @@ def test_assignment_inside_the_training_coverage_decides_nothing():
     assert all(r["detail"].startswith("inside training coverage: training IDs 0-99") for r in decided)
 
 
+def test_pc_sharing_the_copy_head_compares_nothing():
+    """pc fed the true IDs but copying where the pointer points has ppc's exact match by
+    construction: its row is N/A, never a PASS that could not fail."""
+    df = coupling_sweep("e3", {**E3, ("pc", 20): [0.95, 0.9, 0.97]})
+    opts = {**info("variable_assignment", ["pc", "ppc"])["scheme_options"]}
+    opts["pc"] = {**opts["pc"], "copy": True}
+    task = {"kind": "variable_assignment", "n_max": 10, "scheme_options": opts, "answer_format": "statements",
+            "max_position": 60, "test_tokens": {"10": 52, "20": 92}}
+    row = next(r for r in coupling_checks(df, {"e3": task}, COUPLING, ST) if "oracle IDs" in r["check"])
+    assert row["result"] == "N/A" and "by construction" in row["detail"]
+
+
 def test_assignment_at_the_other_test_lengths_gives_numbers_not_verdicts():
     rows = e3_rows({("ppc", 15): [1, 1, 1], ("pc", 15): [1, 1, 1], ("pointer", 10): [1, 1, 1],
                     ("pointer", 15): [0.5, 0.5, 0.5], ("pointer", 20): [0.4, 0.35, 0.5]})
     at15 = [r for r in rows if "at n=15 (1.5x)" in r["check"]]
-    assert {r["check"].split(": ", 1)[1] for r in at15} == {"ppc - copy-head control (pointer)", "ppc - pc (oracle IDs)"}
+    checks = {r["check"].split(": ", 1)[1] for r in at15}
+    assert checks == {"ppc - copy-head control (pointer)", "ppc - pc (oracle IDs)"}
     assert all(r["result"] == "descriptive" and r["threshold"] == "-" for r in at15)
     control = next(r for r in at15 if "copy-head" in r["check"])
     assert control["value"] == pytest.approx(0.5) and control["detail"].startswith("training IDs 0-59")

@@ -236,6 +236,8 @@ class _Scheme:
         self.fit_by_seed = g[g["length"] == n_max].groupby("seed")["accuracy"].mean()
         at = g[g["length"] == n].groupby("seed")
         self.acc, self.examples = at["accuracy"].mean(), at["examples"].sum()
+        # how often the IDs a ppc predicts are the true ones (NaN for schemes that predict none)
+        self.id_acc = at["position_accuracy"].mean() if "position_accuracy" in g else pd.Series(dtype=float)
         self.fit = float(self.fit_by_seed.median()) if len(self.fit_by_seed) else math.nan
         self.fits = self.fit >= fit_min
         self.fitted = self.acc[self.fit_seeds(fit_min)]  # exact match of the seeds that fit at 1x
@@ -289,16 +291,16 @@ def _task_coupling_rows(sweep: pd.DataFrame, task: str, info: dict, cfg: dict, s
     rows = [_fit_summary(label, n_max, schemes, cfg)]
     if info["kind"] == "scratchpad_parity":
         return rows + [_parity_row(where, schemes[s], roles[s], cfg, st) for s in names]
-    heads = {s: info["scheme_options"][s]["position_head"] != "none" for s in names}
-    rows += [_with_coverage(row, *id_coverage(info, n)) for row in _assignment_rows(where, schemes, roles, heads,
-                                                                                    cfg, st)]
+    opts = info["scheme_options"]
+    coverage = id_coverage(info, n)
+    rows += [_with_coverage(row, *coverage) for row in _assignment_rows(where, schemes, roles, opts, cfg, st)]
     # the same comparisons at the other test lengths, as numbers, not verdicts: where along the
     # length axis each scheme breaks down
     for m in sorted(lengths - {n_max, n}):
         at = {s: _Scheme(sweep, task, s, n_max, m, cfg["fit_min"]) for s in names}
         coverage = id_coverage(info, m)[0]
         rows += [{**row, "threshold": "-", "result": DESCRIPTIVE, "detail": f"{coverage}; {row['detail']}"}
-                 for row in _assignment_rows(f"{label} at n={m} ({m / n_max:g}x)", at, roles, heads, cfg, st)
+                 for row in _assignment_rows(f"{label} at n={m} ({m / n_max:g}x)", at, roles, opts, cfg, st)
                  if row["result"] != NOT_MEASURED]
     return rows
 
@@ -348,7 +350,7 @@ def _parity_row(where: str, s: _Scheme, role: str, cfg: dict, st: dict) -> dict:
                 n=len(seeds))
 
 
-def _assignment_rows(where: str, schemes: dict, roles: dict, heads: dict, cfg: dict, st: dict) -> list[dict]:
+def _assignment_rows(where: str, schemes: dict, roles: dict, opts: dict, cfg: dict, st: dict) -> list[dict]:
     """ppc against each kind of baseline without coupled IDs, a row each: the copy-head control
     (ppc's pointer and copy head on index positions), which separates coupling from the copy
     mechanism, and the plain index schemes the paper compares against. A baseline kind that is
@@ -356,8 +358,8 @@ def _assignment_rows(where: str, schemes: dict, roles: dict, heads: dict, cfg: d
     # each scheme over its fitted seeds only: an unfit model says nothing about length
     draws = {name: s.draws(st, s.fit_seeds(cfg["fit_min"])) for name, s in schemes.items()}
     index = [name for name in schemes if roles[name] == "index"]
-    kinds = {"copy-head control": [schemes[s] for s in index if heads[s]],
-             "best plain index scheme": [schemes[s] for s in index if not heads[s]]}
+    kinds = {"copy-head control": [schemes[s] for s in index if opts[s]["position_head"] != "none"],
+             "best plain index scheme": [schemes[s] for s in index if opts[s]["position_head"] == "none"]}
     rows = []
     for ppc in (s for name, s in schemes.items() if roles[name] == "ppc"):
         for kind, baselines in kinds.items():
@@ -370,10 +372,32 @@ def _assignment_rows(where: str, schemes: dict, roles: dict, heads: dict, cfg: d
             unfit = ([b for b in baselines if not b.fits] if best is None else []) + ([] if ppc.fits else [ppc])
             rows.append(_difference_row(f"{where}: {ppc.name} - {kind}" + (f" ({best.name})" if best else ""),
                                         ppc, best, draws, unfit, cfg["margin"], st, baselines))
-        for pc in (s for name, s in schemes.items() if roles[name] == "pc"):
-            rows.append(_difference_row(f"{where}: {ppc.name} - {pc.name} (oracle IDs)", ppc, pc, draws,
-                                        [x for x in (ppc, pc) if not x.fits], -cfg["match_tolerance"], st, [pc]))
+        rows += _predicted_id_rows(where, ppc)
+        rows += [_oracle_row(where, ppc, pc, opts[pc.name], draws, cfg, st)
+                 for name, pc in schemes.items() if roles[name] == "pc"]
     return rows
+
+
+def _predicted_id_rows(where: str, ppc: _Scheme) -> list[dict]:
+    """How often the IDs ppc predicts and feeds back are the true ones (descriptive)."""
+    ids = ppc.id_acc.reindex(ppc.fitted.index).dropna()
+    if ids.empty:
+        return []
+    return [make_row("2 coupling", f"{where}: {ppc.name}'s predicted IDs: fraction right, fitted seeds",
+                     float(ids.mean()), "-", DESCRIPTIVE, "per fitted seed " + ", ".join(f"{v:.3f}" for v in ids),
+                     n=len(ids))]
+
+
+def _oracle_row(where: str, ppc: _Scheme, pc: _Scheme, pc_opts: dict, draws, cfg: dict, st: dict) -> dict:
+    """ppc - pc (the same model fed the true IDs) >= -match_tolerance: predicting costs little.
+    With a copy head the tokens come from where the pointer points whatever IDs are fed, so the
+    two exact matches are equal by construction: such a row compares nothing (N/A)."""
+    check = f"{where}: {ppc.name} - {pc.name} (oracle IDs)"
+    if pc_opts.get("copy"):
+        return make_row("2 coupling", check, math.nan, f">= {-cfg['match_tolerance']:g}", NOT_MEASURED,
+                        f"{pc.name} copies with the pointer, so its exact match is ppc's by construction")
+    return _difference_row(check, ppc, pc, draws, [x for x in (ppc, pc) if not x.fits], -cfg["match_tolerance"], st,
+                           [pc])
 
 
 def _difference_row(check, a: _Scheme, b: _Scheme | None, draws, unfit, threshold, st, compared) -> dict:
