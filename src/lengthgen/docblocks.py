@@ -49,10 +49,12 @@ def k_means(results: Path, kind: str = "sparse_parity") -> str:
     return "\n".join(lines) + "\n"
 
 
-def claim_rows(results: Path, claim: str, descriptive: bool = False) -> str:
-    """The scorecard's rows of one claim: check, value, interval, p, n and result."""
+def claim_rows(results: Path, claim: str, descriptive: bool = False, experiment: str | None = None) -> str:
+    """The scorecard's rows of one claim (of one experiment): check, value, interval, p, n, result."""
     df = _claims(results)
     df = df[(df["claim"] == claim) & ((df["result"] != "descriptive") | descriptive)]
+    if experiment is not None:
+        df = df[df["experiment"] == experiment]
     lines = markdown.table(["check", "value", "95% CI", "p", "n", "result"],
                            ([r.check, r.value, f"[{r.ci_low}, {r.ci_high}]" if r.ci_low else "", r.p, r.n, r.result]
                             for r in df.itertuples()))
@@ -74,6 +76,7 @@ GENERATORS = {
     "needle": lambda results: claim_rows(results, "analysis needle"),
     "claim1": lambda results: claim_rows(results, "1 sparsity"),
     "claim2": lambda results: claim_rows(results, "2 coupling"),
+    "e3": lambda results: claim_rows(results, "2 coupling", descriptive=True, experiment="E3"),
     "claim3": lambda results: claim_rows(results, "3 language"),
     "claim-words": claim_words,
 }
