@@ -77,7 +77,9 @@ def test_smoke_tables_are_long_sorted_and_complete(smoke_run):
     assert set(sparsity.filter(like=" at n=")) == {"descriptive"}
     coupling = claims[claims["claim"] == "2 coupling"].set_index("check")["result"]
     verdicts = coupling.filter(like="smoke_scratchpad at n=20 (2x): ppc")
-    assert len(verdicts) == 1 and set(coupling) <= {"PASS", "FAIL", "INCONCLUSIVE", "descriptive"}
+    assert len(verdicts) == 1 and set(coupling) <= {"PASS", "FAIL", "INCONCLUSIVE", "descriptive", "N/A"}
+    # E3 runs ppc alone at two lengths (no 4x), so its comparisons are not measured, and say so
+    assert all(check.startswith("smoke_assignment") for check in coupling[coupling == "N/A"].index)
 
 
 def test_smoke_attention_table_covers_every_cell_and_length(smoke_run):
