@@ -42,8 +42,8 @@ PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 test: $(VENV)/.installed  ## unit, workflow and end-to-end smoke tests
 	$(PYTEST)
 
-test-fast: $(VENV)/.installed  ## the unit tests alone (no Snakemake, no smoke grid): the inner loop
-	$(PYTEST) -m "not workflow and not slow and not slurm"
+test-fast: $(VENV)/.installed  ## the unit tests alone (no Snakemake, no subprocess): the inner loop
+	$(PYTEST) -m "not workflow and not slow and not slurm and not subprocess"
 
 lint: $(VENV)/.installed  ## ruff, snakemake --lint and snakefmt --check (CI runs it before the tests)
 	ruff check .

@@ -299,6 +299,7 @@ def test_corpus_bad_input(tmp_path, case, files, needle):
     assert not out.exists() and not temp_files(tmp_path)
 
 
+@pytest.mark.subprocess
 def test_corpus_hub_id_offline(tmp_path):
     out = tmp_path / "corpus.parquet"
     cfg = {"source": "openwebtext", "dataset": "Skylion007/openwebtext", "max_documents": 10}

@@ -78,6 +78,7 @@ def test_the_snakefile_reads_its_own_config_from_anywhere_but_a_subdirectory(wor
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make on PATH")
+@pytest.mark.subprocess
 def test_make_run_with_a_missing_config_names_it(repo):
     done = subprocess.run(["make", "-o", ".venv/.installed", "run", "CONFIG=config/nope.yaml"], cwd=repo,
                           capture_output=True, text=True, timeout=120)

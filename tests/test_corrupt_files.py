@@ -132,6 +132,7 @@ def test_train_on_a_truncated_dataset_removes_it(tmp_path, results, tiny_cell, t
     assert not data.exists() and not (out_dir / "model.pt").exists() and not temp_files(tmp_path)
 
 
+@pytest.mark.subprocess
 def test_provenance_of_a_torn_meta_json_removes_it(tmp_path, results):
     root, env = results
     meta = _torn(root / "runs/t/rope/seed0/meta.json", json.dumps({"device": "cpu", "steps": 12}).encode())
@@ -183,6 +184,7 @@ def test_a_full_disk_names_the_output_and_the_free_bytes(tmp_path, monkeypatch):
     assert not out.exists()
 
 
+@pytest.mark.subprocess
 def test_a_read_only_folder_ends_the_stage_in_one_line(tmp_path, monkeypatch, capsys):
     import os
 
@@ -222,6 +224,7 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", DAMAGE)
+@pytest.mark.subprocess
 def test_diff_of_a_damaged_table_names_it_and_the_line(tmp_path, damage):
     import subprocess
 

@@ -39,6 +39,7 @@ def test_gpus_are_shared_by_gpu_jobs_after_each_has_one(tmp_path, monkeypatch):
         h.close()
 
 
+@pytest.mark.subprocess
 def test_claim_is_held_across_processes(tmp_path, repo):
     index, handle = device.claim_gpu(2, tmp_path)
     code = ("from pathlib import Path; from lengthgen.device import claim_gpu; "

@@ -37,6 +37,7 @@ def _diff(repo_root, cwd, *args):
                           capture_output=True, text=True)
 
 
+@pytest.mark.subprocess
 def test_moved_added_and_removed_cells_are_listed(repo, history):
     done = _diff(repo, history, "--rev", "HEAD")
     assert done.returncode == 1, done.stderr
@@ -49,6 +50,7 @@ def test_moved_added_and_removed_cells_are_listed(repo, history):
     assert not any(" 20 " in line and "accuracy" in line for line in lines)  # unchanged cell not listed
 
 
+@pytest.mark.subprocess
 def test_tolerance_hides_small_moves_and_clean_tree_exits_zero(repo, history):
     (history / "results/tables/length_sweep.csv").write_text(OLD.replace("0.9000", "0.9040"))
     assert _diff(repo, history, "--rev", "HEAD", "--tolerance", "0.01").returncode == 0
@@ -56,6 +58,7 @@ def test_tolerance_hides_small_moves_and_clean_tree_exits_zero(repo, history):
     assert moved.returncode == 1 and "0.904" in moved.stdout
 
 
+@pytest.mark.subprocess
 def test_unknown_revision_is_one_line(repo, history):
     done = _diff(repo, history, "--rev", "nosuchrev")
     assert done.returncode == 2
@@ -79,6 +82,7 @@ def test_language_tables_match_rows_on_model_method_positions_and_k():
         ["short", "greedy", "loss_mean", "5.03", "5.00"]]
 
 
+@pytest.mark.subprocess
 def test_a_change_of_machine_or_library_is_named_before_the_cells(repo, history):
     """Cells that moved because the runs ran on another CPU or torch are not a code change: the
     diff says so first, from provenance.json."""
@@ -102,6 +106,7 @@ def test_a_change_of_machine_or_library_is_named_before_the_cells(repo, history)
     ("{not json", r"^lengthgen: error: results/provenance.json: not JSON \("),
     ("[1, 2]", r"^lengthgen: error: results/provenance.json: expected a JSON object of run conditions, got list$"),
 ])
+@pytest.mark.subprocess
 def test_a_broken_provenance_record_is_one_line(repo, history, text, expected):
     (history / "results/provenance.json").write_text('{"devices": ["cpu (1 threads)"]}\n')
     _commit_all(history, "provenance")

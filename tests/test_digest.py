@@ -85,6 +85,7 @@ def test_an_edit_changes_exactly_the_digests_of_the_stages_that_import_it(relpat
     assert changed == expected
 
 
+@pytest.mark.subprocess
 def test_editing_or_adding_a_task_leaves_the_other_tasks_digests(tmp_path):
     """In a copy of the package: a new task module and an edit of another task's leave a
     sparse-parity cell's digests as they were; an edit of sparse_parity.py changes them."""

@@ -224,6 +224,7 @@ def _dead_pid() -> int:
     return done.pid
 
 
+@pytest.mark.subprocess
 def test_stale_warm_folders_are_removed_and_live_ones_kept(tmp_path):
     dead = _dead_pid()
     stale = tmp_path / f"{warm.PREFIX}{dead}-abc"
@@ -268,6 +269,7 @@ def _start_server(tmp_path, tmp: Path) -> tuple[subprocess.Popen, int, Path]:
     return run, int(pid), Path(directory)
 
 
+@pytest.mark.subprocess
 def test_a_server_removes_its_folder_when_terminated(tmp_path, short_tmp):
     run, server, directory = _start_server(tmp_path, short_tmp)
     try:
@@ -296,6 +298,7 @@ def test_a_temporary_directory_too_long_for_a_socket_turns_warm_start_off(tmp_pa
     assert "set TMPDIR to a shorter folder" in err and list(deep.iterdir()) == []
 
 
+@pytest.mark.subprocess
 def test_a_folder_left_by_a_killed_run_is_removed_by_the_next(tmp_path, short_tmp):
     tmp = short_tmp
     run, server, directory = _start_server(tmp_path, tmp)

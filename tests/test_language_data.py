@@ -387,6 +387,7 @@ def test_fetch_offline_keeps_a_verified_archive_and_does_not_fetch_again(tmp_pat
     assert not path.exists()
 
 
+@pytest.mark.subprocess
 def test_fetch_offline_without_an_index_says_how_to_get_the_archive(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # the real pip call, failing at once without the network
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))

@@ -15,6 +15,7 @@ def _targets(repo) -> dict:
     return dict(found)
 
 
+@pytest.mark.subprocess
 def test_make_alone_lists_every_documented_target(repo):
     listed = subprocess.run(["make", "-s"], cwd=repo, capture_output=True, text=True, check=True).stdout
     targets = _targets(repo)
@@ -23,6 +24,7 @@ def test_make_alone_lists_every_documented_target(repo):
         assert re.search(rf"^  make {name} +{re.escape(text)}$", listed, flags=re.M), (name, listed)
 
 
+@pytest.mark.subprocess
 def test_runs_that_write_results_clear_a_stale_lock_first(repo):
     dry = subprocess.run(["make", "-n", "run", "paper"], cwd=repo, capture_output=True, text=True).stdout
     runs = [line for line in dry.splitlines() if " --cores " in line]
@@ -31,6 +33,7 @@ def test_runs_that_write_results_clear_a_stale_lock_first(repo):
 
 @pytest.mark.parametrize(("config", "results"), [(None, "results"), ("config/smoke.yaml", "results-smoke"),
                                                  ("config/paper.yaml", "results-paper")])
+@pytest.mark.subprocess
 def test_targets_follow_the_configuration_and_its_results_dir(repo, config, results):
     args = ["make", "-n", "run", "report", "diff", "clean"] + ([f"CONFIG={config}"] if config else [])
     dry = subprocess.run(args, cwd=repo, capture_output=True, text=True).stdout

@@ -51,6 +51,7 @@ def test_verdict_refuses_a_file_that_is_no_scorecard_in_one_line(tmp_path, capsy
     assert capsys.readouterr().err == f"lengthgen: error: {other}: not a scorecard: no column(s) claim, result\n"
 
 
+@pytest.mark.subprocess
 def test_verdict_command_prints_the_table(repo):
     out = subprocess.run([PYTHON, "-m", "lengthgen.verdict", "results/tables/claims.csv"], cwd=repo,
                          env=venv_env(PYTHONPATH=str(repo / "src")), capture_output=True, text=True)

@@ -88,6 +88,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path, train_data, repo):
     assert meta["steps"] == CELL["train"]["max_steps"]
 
 
+@pytest.mark.subprocess
 def test_checkpoint_of_another_config_is_not_resumed(tmp_path, train_data, repo):
     """A stale checkpoint (other config) is ignored: training starts over, with a note."""
     env = _env(repo)

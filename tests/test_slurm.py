@@ -243,6 +243,7 @@ def test_a_site_configuration_is_not_a_leftover(tmp_path, monkeypatch, kind):
     assert not backup.exists()
 
 
+@pytest.mark.subprocess
 def test_a_killed_runs_processes_and_files_are_removed_when_no_run_holds_the_lock(tmp_path, monkeypatch):
     """What conftest does at the start of a session, on stand-ins: the marker, lock, munge
     directory and configuration paths are the test's own, so a real cluster is never touched."""

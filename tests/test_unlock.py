@@ -107,6 +107,7 @@ def test_a_killed_run_is_unlocked_and_goes_on_but_a_live_one_is_not(tmp_path):
     assert "lengthgen: a killed run" not in again.stderr
 
 
+@pytest.mark.subprocess
 def test_a_job_the_killed_run_left_running_stops_the_next_run(tmp_path):
     """SIGKILL to Snakemake alone leaves its jobs running: the lock is stale, but rerunning them
     now would have two processes write the same outputs."""
@@ -129,6 +130,7 @@ def test_a_job_the_killed_run_left_running_stops_the_next_run(tmp_path):
     assert (workdir / ".snakemake/locks/0.output.lock").exists()
 
 
+@pytest.mark.subprocess
 def test_an_interrupted_run_ends_in_one_line_with_the_child_status(tmp_path):
     """SIGTERM to the wrapper reaches the command it runs; the last line says a rerun resumes."""
     sleeper = [PYTHON, "-c", "import time; print('started', flush=True); time.sleep(60)"]

@@ -59,6 +59,7 @@ def _workers(log) -> list[tuple[str, int]]:
     return [(cmd, int(pid)) for cmd, pid in re.findall(r": (\S+): worker (\d+)$", log.read_text(), flags=re.M)]
 
 
+@pytest.mark.subprocess
 def test_a_job_runs_in_a_worker_with_its_streams_and_exit_status(server, tmp_path):
     before = len(_workers(server))
     bad = subprocess.run(_job("sweep", "--model", tmp_path / "missing.pt", "--data", "x", "--eval", EVAL,
@@ -73,6 +74,7 @@ def test_a_job_runs_in_a_worker_with_its_streams_and_exit_status(server, tmp_pat
 @pytest.mark.parametrize(("variable", "differ"), [
     ("PYTHONPATH", "path, environment"), ("PYTHONHASHSEED", "environment"), ("OMP_NUM_THREADS", "environment"),
 ])
+@pytest.mark.subprocess
 def test_a_job_started_differently_runs_cold(server, tmp_path, variable, differ):
     value = f"{REPO / 'src'}{os.pathsep}{tmp_path}" if variable == "PYTHONPATH" else "2"
     before = len(_workers(server))
@@ -94,6 +96,7 @@ def long_training(tmp_path_factory):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.subprocess
 def test_a_signalled_job_ends_its_worker(server, tmp_path, long_training, signum):
     before = len(_workers(server))
     log = tmp_path / "train.log"
@@ -108,6 +111,7 @@ def test_a_signalled_job_ends_its_worker(server, tmp_path, long_training, signum
     assert not (tmp_path / "run" / "model.pt").exists()
 
 
+@pytest.mark.subprocess
 def test_the_server_ends_with_its_parent(tmp_path):
     code = (f"import sys; sys.path.insert(0, {str(REPO / 'src')!r}); from lengthgen import warm; "
             f"server, directory = warm.start({str(tmp_path / 'warm.log')!r}, 1); print(server.pid, directory)")
@@ -119,6 +123,7 @@ def test_the_server_ends_with_its_parent(tmp_path):
     assert not os.path.exists(directory), "it removes its socket's directory"
 
 
+@pytest.mark.subprocess
 def test_wait_ready_ends_at_a_dead_server_or_the_timeout_in_one_line(tmp_path):
     """A server that dies is reported at once with its last words; a stale line from an earlier
     server in the same (appended) log does not count as ready."""

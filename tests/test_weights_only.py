@@ -55,6 +55,7 @@ def test_a_hostile_checkpoint_is_refused_and_the_run_starts_over(hostile):
     assert not marker.exists()
 
 
+@pytest.mark.subprocess
 def test_the_cli_prints_the_refusal_in_one_line(hostile, tmp_path):
     path, marker = hostile
     eval_cfg = json.dumps({"device": "cpu", "threads": 1, "batch_size": 8})
