@@ -11,6 +11,7 @@ import pytest
 from lengthgen import stats
 from lengthgen.claims import (
     coupling_checks,
+    fitted,
     language_checks,
     scheme_role,
     sparsity_checks,
@@ -616,3 +617,11 @@ def test_claim1_points_of_models_with_the_same_accuracies_are_tied():
     assert sum((0.1, 0.2, 0.3)) != sum((0.3, 0.2, 0.1))
     points = claim1_points(sweep, 10, {"fit_min": 0.95, "min_length_ratio": 2})
     assert len(points) == 2 and points["accuracy"].iloc[0] == points["accuracy"].iloc[1]
+
+
+def test_fit_is_judged_in_a_grid_without_e1():
+    """A sweep of E2/E3 tasks alone has no k column (config/chain.yaml): each model's fit is
+    still judged, by its mean exact match at its training length."""
+    df = coupling_sweep("e3", {("ppc", 10): [1.0, 0.5, 1.0], ("ppc", 20): [0.9, 0.1, 0.8]})
+    assert "k" not in df
+    assert fitted(df, 10, 0.95).tolist() == [True, False, True, True, False, True]

@@ -47,7 +47,8 @@ def model_names(rows: pd.DataFrame) -> str:
 def _model_accuracy_at(sweep: pd.DataFrame, length: int) -> pd.Series:
     """Accuracy of each model (task, scheme, seed) at `length`: mean over depth within each k,
     then its worst k. A model trained on a mixture of k fits only when it fits every k."""
-    per_k = sweep[sweep["length"] == length].groupby(["task", "scheme", "seed", "k"], dropna=False)["accuracy"].mean()
+    keys = ["task", "scheme", "seed", *(["k"] if "k" in sweep else [])]  # a grid without E1 has no k column
+    per_k = sweep[sweep["length"] == length].groupby(keys, dropna=False)["accuracy"].mean()
     return per_k.groupby(level=["task", "scheme", "seed"]).min()
 
 
