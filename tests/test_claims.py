@@ -453,7 +453,8 @@ def test_claim_3_model_spread_widens_the_interval_where_tokens_alone_would_not()
     df["L_greedy_1"] = df["L_short"] - (0.4 + 0.2 * df["seed"]) * df["gap"]
     row = language_checks(df, {**LANGUAGE, "recovered_min": 0.5}, ST)[0]
     recovered = ((df["L_short"] - df["L_greedy_1"]) / df["gap"]).to_numpy()
-    token_ci = stats.bootstrap(recovered, np.median, ST["n_boot"], ST["seed"])
+    token_ci = stats.percentile_ci(stats.hierarchical_draws(recovered, [np.zeros(len(recovered))], np.median,
+                                                            ST["n_boot"], ST["seed"]))
     assert token_ci[0] > 0.5  # tokens alone: a PASS
     assert row["result"] == "INCONCLUSIVE" and row["ci_low"] <= 0.45 and row["ci_high"] >= 0.75
     assert "per model 0.400 to 0.800" in row["detail"]
@@ -480,7 +481,8 @@ def test_hierarchical_draws_resample_units_level_by_level():
     # pairs drawn with replacement: the mean of 3 draws from {0, 1, 2} ranges over 0..2 in thirds
     lo, hi = stats.percentile_ci(draws)
     assert lo < 0.5 and hi > 1.5 and draws.mean() == pytest.approx(1.015, abs=0.03)
-    token_lo, token_hi = stats.bootstrap(values, np.mean, 4000, 0)
+    tokens_alone = stats.hierarchical_draws(values, [np.zeros(len(values))], np.mean, 4000, 0)  # one level: tokens
+    token_lo, token_hi = stats.percentile_ci(tokens_alone)
     assert token_hi - token_lo < (hi - lo) / 3
     # a pair's share of the resample is its documents' sizes: unequal sizes carry through
     uneven = np.concatenate([np.zeros(10), np.ones(30)])

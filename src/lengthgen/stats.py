@@ -85,15 +85,6 @@ def percentile_ci(draws: np.ndarray, level: float = 0.95) -> tuple[float, float]
     return float(lo), float(hi)
 
 
-def bootstrap(values, statistic, n_boot: int, seed: int, level: float = 0.95) -> tuple[float, float]:
-    """Percentile interval of `statistic` over `n_boot` resamples (with replacement) of the rows
-    of `values` (an array; rows stay together, so paired columns resample as pairs)."""
-    values = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(values), size=(n_boot, len(values)))
-    return percentile_ci(np.array([statistic(values[i]) for i in idx]), level)
-
-
 def hierarchical_draws(values, units: list, statistic, n_boot: int, seed: int, resample_values: bool = True):
     """(n_boot,) `statistic` of pooled resamples of `values` (1-D), drawn level by level as the
     data were: the outer units (units[0], e.g. model seeds) with replacement, then within each
