@@ -176,9 +176,13 @@ def test_a_test_set_of_another_task_is_refused_in_one_line(tmp_path, tiny_cell, 
     assert not (tmp_path / "a.parquet").exists()
 
 
-def test_defaults_are_the_schemas(schema):
-    defaults = {k: v["default"] for k, v in schema["$defs"]["attention"]["properties"].items()}
-    assert defaults == attention.DEFAULTS
+def test_defaults_come_from_the_schema_and_a_bad_value_names_its_key():
+    from lengthgen import schema as lgschema
+
+    defaults = lgschema.load()["$defs"]["attention"]["properties"]
+    assert lgschema.section("attention", {}) == {k: v["default"] for k, v in defaults.items()}
+    with pytest.raises(UserError, match=r"^config\.attention\.examples: 0 is less than the minimum of 1$"):
+        lgschema.section("attention", {"examples": 0})
 
 
 def test_a_forward_that_drifts_from_the_models_is_refused(tmp_path, tiny_cell, tiny_dataset, monkeypatch):

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from lengthgen import schema as lgschema
 from lengthgen.errors import UserError
 from lengthgen.language import corpus, tokenizer
 
@@ -207,7 +208,7 @@ def test_metadata_records_checksums_config_and_counts(tmp_path):
     assert meta["corpus_sha256"] == expected
     assert meta["documents"] == len(df) == 12
     assert meta["format_version"] == corpus.FORMAT_VERSION
-    assert meta["config"] == {**corpus.DEFAULTS, **cfg}
+    assert meta["config"] == lgschema.section("language.corpus", cfg) and meta["config"]["max_documents"] is None
     schema = pq.read_schema(tmp_path / "out" / "corpus.parquet")
     assert schema.names == list(corpus.COLUMNS) and all(f.type == pa.string() for f in schema)
 
@@ -295,7 +296,7 @@ def _hub_without_max_documents(tmp_path):
 
 
 def _bad_fraction(tmp_path):
-    return {"source": "offline", "validation_fraction": 1.0}, "language.corpus.validation_fraction: expected"
+    return {"source": "offline", "validation_fraction": 1.0}, "language.corpus.validation_fraction: 1.0 is greater"
 
 
 BAD_INPUTS = [
@@ -507,3 +508,10 @@ def test_load_stream_refuses_other_tokenizers_and_damaged_files(tmp_path, small_
     (out / "tokens.json").unlink()
     with pytest.raises(UserError, match="tokens.json: missing"):
         tokenizer.load_stream(out, "train", sha)
+
+
+def test_tokenizer_settings_follow_the_schema_not_a_copy_of_it():
+    assert tokenizer.normalize({}) == {"kind": "bpe", "vocab_size": 2048, "min_frequency": 2}
+    expected = r"^config\.language\.tokenizer\.min_frequency: 0 is less than the minimum of 1$"
+    with pytest.raises(UserError, match=expected):
+        tokenizer.normalize({"min_frequency": 0})

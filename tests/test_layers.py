@@ -13,7 +13,7 @@ PACKAGE = REPO / "src/lengthgen"
 
 LAYERS = {
     # support: no lengthgen imports beyond each other
-    "support": {"errors", "fileio", "identity", "progress", "device", "markdown", "digest", "unlock"},
+    "support": {"errors", "fileio", "identity", "progress", "device", "markdown", "digest", "unlock", "schema"},
     "tasks": {"tasks", "datasets", "config"},
     "model": {"model", "stacked_model", "explicit_attention", "positions", "loop"},
     "stages": {"train", "stacked", "evaluate", "decode", "attention", "language"},

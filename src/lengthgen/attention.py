@@ -27,14 +27,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lengthgen import datasets, identity, positions, tasks
+from lengthgen import datasets, identity, positions, schema, tasks
 from lengthgen import device as devices
 from lengthgen.errors import UserError
 from lengthgen.evaluate import _check_match, held_identity, load_model
 from lengthgen.explicit_attention import attention_forward, embed
 from lengthgen.fileio import write_parquet
 
-DEFAULTS = {"examples": 16, "targets": 4, "batch_size": 256}  # as in the config schema's `attention`
 METRICS = ("mass", "topk_mass", "entropy", "rank")
 # Largest |recomputed - model| logit accepted, relative to the largest |logit| (if > 1). float32
 # rounding reached 1.6e-4 on a fitted E1 nope model at n = 192 (1.6e-13 with both sides in float64);
@@ -171,8 +170,9 @@ def cell_attention(model_path, data_path, out, cfg: dict, log=print, expect: str
     """Write one row per (test group, layer, head, metric) of one trained cell, long format.
     `expect`: the identity token of the cell (lengthgen.identity); the checkpoint must hold it,
     and the table records it, as a sweep does."""
-    cfg = {**DEFAULTS, **cfg}
-    dev = devices.resolve(cfg.get("device", "cpu"), cfg.get("threads", 1))
+    machine = {key: cfg[key] for key in ("device", "threads") if key in cfg}
+    cfg = schema.section("attention", {k: v for k, v in cfg.items() if k not in machine})
+    dev = devices.resolve(machine.get("device", "cpu"), machine.get("threads", 1))
     model, ckpt = load_model(model_path, dev)
     held = held_identity(ckpt)
     identity.check(model_path, held, expect, "the model", "delete it and rerun the workflow to retrain this cell")

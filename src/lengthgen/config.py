@@ -6,54 +6,12 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import jsonschema
 import yaml
 
 from lengthgen import identity, tasks
 from lengthgen.errors import UserError
-
-
-def _resolve(schema: dict, root: dict) -> dict:
-    ref = schema.get("$ref")
-    if ref:
-        node = root
-        for part in ref.removeprefix("#/").split("/"):
-            node = node[part]
-        return {**_resolve(node, root), **{k: v for k, v in schema.items() if k != "$ref"}}
-    return schema
-
-
-def fill_defaults(instance, schema: dict, root: dict) -> None:
-    """Set every missing key that has a default, recursing into objects and arrays."""
-    schema = _resolve(schema, root)
-    if isinstance(instance, dict):
-        for key, sub in schema.get("properties", {}).items():
-            sub = _resolve(sub, root)
-            if key not in instance and "default" in sub:
-                instance[key] = copy.deepcopy(sub["default"])
-            if key in instance:
-                fill_defaults(instance[key], sub, root)
-        extra = schema.get("additionalProperties")
-        if isinstance(extra, dict):
-            for key in set(instance) - set(schema.get("properties", {})):
-                fill_defaults(instance[key], extra, root)
-    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
-        for item in instance:
-            fill_defaults(item, schema["items"], root)
-
-
-def _where(path) -> str:
-    out = "config"
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
-
-
-def _check(instance, schema: dict, root: dict, prefix=()) -> None:
-    validator = jsonschema.Draft202012Validator({**schema, "$defs": root["$defs"]})
-    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
-    if error is not None:
-        raise UserError(f"{_where([*prefix, *error.absolute_path])}: {error.message}")
+from lengthgen.schema import check as _check
+from lengthgen.schema import fill_defaults
 
 
 def validate(config: dict, schema: dict) -> dict:

