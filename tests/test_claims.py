@@ -627,3 +627,31 @@ def test_fit_is_judged_in_a_grid_without_e1():
     df = coupling_sweep("e3", {("ppc", 10): [1.0, 0.5, 1.0], ("ppc", 20): [0.9, 0.1, 0.8]})
     assert "k" not in df
     assert fitted(df, 10, 0.95).tolist() == [True, False, True, True, False, True]
+
+
+@pytest.mark.workflow
+@pytest.mark.subprocess
+@pytest.mark.parametrize("run", ["results", "results-replicate"])
+def test_the_committed_scorecard_is_what_todays_claims_code_makes_of_the_committed_tables(tmp_path, run):
+    """The claims rule's own command (from a dry run), rerun on a copy of the committed tables:
+    the scorecard comes out byte for byte, so no edit of the statistics (scipy's tests in place
+    of hand-written ones, say) changes a committed number or verdict unnoticed."""
+    import shlex
+    import shutil
+    import subprocess
+
+    from conftest import REPO, copy_workflow, run_snakemake, venv_env
+
+    copy_workflow(tmp_path)
+    shutil.copytree(REPO / run / "tables", tmp_path / run / "tables")
+    configfile = [] if run == "results" else ["--configfile", "config/replicate.yaml"]
+    plan = run_snakemake(tmp_path, "-n", "-p", "--cores", "1", *configfile, "--forcerun", "claims", "--until",
+                         "claims", timeout=120)
+    command = next(line for line in plan.stdout.splitlines() if "python -m lengthgen claims" in line)
+    argv = shlex.split(command.split(" 2> ")[0].removeprefix("Shell command: "))
+    argv[argv.index("--csv") + 1], argv[argv.index("--md") + 1] = "claims.csv", "claims.md"
+    done = subprocess.run(argv, cwd=tmp_path, env=venv_env(PYTHONPATH=str(tmp_path / "src")), text=True,
+                          capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "claims.csv").read_text() == (REPO / run / "tables/claims.csv").read_text()
+    assert (tmp_path / "claims.md").read_text() == (REPO / run / "tables/claims.md").read_text()

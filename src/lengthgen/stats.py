@@ -1,6 +1,11 @@
 """The statistics the claims are decided with: rank correlation with a permutation p,
 bootstrap intervals and a three-way verdict on an interval.
 
+scipy.stats does what it can: ranks, the correlation, the plain permutation test. Two designs
+have no scipy counterpart and are written here: permutations *within* blocks (the k of one
+mixture-trained model are not exchangeable with another model's) and the hierarchical bootstrap
+(models, then documents, then tokens).
+
 Every random draw comes from numpy's PCG64 seeded by the caller, so a verdict is a function of
 the tables alone: the same on any CPU and any run. The rules themselves (which statistic, which
 alpha, how many resamples) are set in the config schema; docs/protocol.md records when each was
@@ -14,42 +19,41 @@ import math
 
 import numpy as np
 import pandas as pd
+import scipy.stats
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 
 
 def spearman(x, y) -> float:
     """Spearman rank correlation (average ranks for ties); nan when either side is constant."""
-    rx, ry = pd.Series(x, dtype=float).rank().to_numpy(), pd.Series(y, dtype=float).rank().to_numpy()
-    return _pearson(rx, ry)
+    rx, ry = _ranks(x), _ranks(y)
+    return float(scipy.stats.pearsonr(rx, ry).statistic) if rx.std() > 0 and ry.std() > 0 else float("nan")
 
 
-def _pearson(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a - a.mean(), b - b.mean()
-    denom = math.sqrt(float((a * a).sum() * (b * b).sum()))
-    return float((a * b).sum() / denom) if denom > 0 else float("nan")
+def _ranks(v) -> np.ndarray:
+    return scipy.stats.rankdata(np.asarray(v, dtype=float))
 
 
-EXACT_MAX = 8  # up to 8 points, all 8! = 40,320 orderings are enumerated
+def _rank_correlation(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Pearson correlation of rank vectors along `axis`, for scipy's vectorized resampling."""
+    a, b = a - a.mean(axis=axis, keepdims=True), b - b.mean(axis=axis, keepdims=True)
+    return (a * b).sum(axis=axis) / np.sqrt((a * a).sum(axis=axis) * (b * b).sum(axis=axis))
 
 
 def permutation_spearman(x, y, alternative: str = "less", n_perm: int = 10000, seed: int = 0) -> tuple[float, float]:
-    """Spearman(x, y) and its one-sided permutation p: the chance, under exchangeable y, of a
-    correlation at least as extreme (`less`: as negative). Exact over every ordering up to
-    EXACT_MAX points; beyond, (1 + hits) / (1 + n_perm) over `n_perm` seeded shuffles, which
-    never reports p = 0."""
-    rx = pd.Series(x, dtype=float).rank().to_numpy()
-    ry = pd.Series(y, dtype=float).rank().to_numpy()
-    rho = _pearson(rx, ry)
+    """Spearman(x, y) and its one-sided permutation p (scipy.stats.permutation_test, y's pairing
+    with x shuffled): the chance, under exchangeable y, of a correlation at least as extreme
+    (`less`: as negative). Exact over every ordering when there are at most `n_perm` of them;
+    beyond, (1 + hits) / (1 + n_perm) over `n_perm` seeded shuffles, which never reports p = 0."""
+    rho = spearman(x, y)
     if math.isnan(rho):
         return rho, float("nan")
-    sign = -1.0 if alternative == "less" else 1.0
-    if len(ry) <= EXACT_MAX:
-        perms = np.array(list(itertools.permutations(ry)))
-        return rho, float(np.mean(sign * _correlations(rx, perms) >= sign * rho - 1e-12))
-    perms = np.random.default_rng(seed).permuted(np.tile(ry, (n_perm, 1)), axis=1)
-    hits = int(np.sum(sign * _correlations(rx, perms) >= sign * rho - 1e-12))  # ties count as extreme
-    return rho, (1 + hits) / (1 + n_perm)
+    rx, ry = _ranks(x), _ranks(y)
+    # one sample, so only y's order is permuted: n! orderings, as in scipy's own correlation example
+    test = scipy.stats.permutation_test((ry,), lambda b, axis=-1: _rank_correlation(rx, b, axis),
+                                        permutation_type="pairings", vectorized=True, n_resamples=n_perm,
+                                        alternative=alternative, rng=np.random.default_rng(seed))
+    return rho, float(test.pvalue)
 
 
 def block_permutation_spearman(x, y, blocks, alternative: str = "less", n_perm: int = 10000,
@@ -58,9 +62,8 @@ def block_permutation_spearman(x, y, blocks, alternative: str = "less", n_perm: 
     *within* each block (e.g. the k of one model trained on a mixture of k): points of one model
     are not independent, so only their order within the model is exchangeable under the null.
     (1 + hits) / (1 + n_perm), never 0; nan when either side is constant."""
-    rx = pd.Series(x, dtype=float).rank().to_numpy()
-    ry = pd.Series(y, dtype=float).rank().to_numpy()  # permuting y within blocks permutes its ranks
-    rho = _pearson(rx, ry)
+    rx, ry = _ranks(x), _ranks(y)  # permuting y within blocks permutes its ranks
+    rho = spearman(x, y)
     if math.isnan(rho):
         return rho, float("nan")
     rng = np.random.default_rng(seed)
