@@ -14,7 +14,7 @@ from conftest import TINY_MODEL, error_lines, run_lengthgen, write_dataset
 from lengthgen import attention, train
 from lengthgen.config import fill_defaults
 from lengthgen.errors import UserError
-from lengthgen.model import ModelConfig, Transformer
+from lengthgen.model import CausalSelfAttention, ModelConfig, Transformer
 
 ENCODINGS = {  # name: encoding, whether the IDs are coupled (repeated, not increasing)
     "none": ("none", False), "ape": ("ape", False), "rope": ("rope", False), "alibi": ("alibi", False),
@@ -54,7 +54,8 @@ def test_recomputed_attention_is_the_models_own(name, monkeypatch):
     monkeypatch.setattr(F, "scaled_dot_product_attention", _recording_sdpa(record))
     with torch.no_grad():
         logits = model(tokens, ids)
-        h, probs = attention.attention_forward(model, attention.embed(model, tokens, ids), ids)
+        probs = []
+        h = model.features(tokens, ids, attention=probs)
     assert len(record) == len(probs) == 2
     for own, ours in zip(record, probs, strict=True):
         assert (ours - own).abs().max() < 1e-5
@@ -187,13 +188,12 @@ def test_defaults_come_from_the_schema_and_a_bad_value_names_its_key():
 
 def test_a_forward_that_drifts_from_the_models_is_refused(tmp_path, tiny_cell, tiny_dataset, monkeypatch):
     model = _train(tmp_path, tiny_cell, tiny_dataset, "tiny", "rope")
-    original = attention.attention_forward
+    original = CausalSelfAttention.written_out
 
-    def drifted(model, x, ids):  # e.g. a mask or a scale the model no longer uses
-        h, probs = original(model, x, ids)
-        return h * 1.5, probs
+    def drifted(*args):  # e.g. a mask or a scale the fused kernel no longer uses
+        return original(*args) * 1.5
 
-    monkeypatch.setattr(attention, "attention_forward", drifted)
+    monkeypatch.setattr(CausalSelfAttention, "written_out", staticmethod(drifted))
     with pytest.raises(RuntimeError, match="recomputed forward is off the model's"):
         attention.cell_attention(model, tiny_dataset["test"], tmp_path / "a.parquet", {}, log=lambda m: None)
     assert not (tmp_path / "a.parquet").exists()

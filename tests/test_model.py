@@ -7,7 +7,17 @@ import math
 import pytest
 import torch
 
-from lengthgen.model import ENCODINGS, ModelConfig, Transformer, alibi_bias, alibi_slopes, rotary, rotary_freqs
+from lengthgen.model import (
+    ENCODINGS,
+    ModelConfig,
+    Transformer,
+    alibi_bias,
+    alibi_slopes,
+    call,
+    rotary,
+    rotary_freqs,
+    stack,
+)
 
 VOCAB, B, T = 7, 3, 12
 
@@ -177,3 +187,28 @@ def test_alibi_mask_is_built_in_the_autocast_dtype(n_head):
         bf16 = model.attention_mask(pos)
     assert fp32.dtype == torch.float32 and bf16.dtype == torch.bfloat16
     assert torch.equal(bf16, fp32.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_a_stack_computes_each_models_own_forward(encoding):
+    """`stack`: the same code on parameters with a leading model axis gives, for each model, its
+    own packed features, logits and pointer logits (up to the order of the batched sums)."""
+    cfg = ModelConfig(vocab_size=VOCAB, n_layer=2, d_model=16, n_head=2, d_ff=32, encoding=encoding,
+                      max_position=64, position_head="pointer")
+    models = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        models.append(Transformer(cfg))
+    stacked = stack(models)
+    gen = torch.Generator().manual_seed(2)
+    tokens, ids = torch.randint(0, VOCAB, (3, B, T), generator=gen), torch.randint(0, 40, (3, B, T), generator=gen)
+    segments = torch.randint(0, 3, (3, B, T), generator=gen).sort(dim=-1).values  # packed rows
+    h = stacked.features(tokens, ids, segments=segments)
+    logits, pointer = call(stacked.head, h), stacked.pointer_logits(h, ids, h[:, :, :5], ids[:, :, :5])
+    assert h.shape == (3, B, T, 16) and pointer.shape == (3, B, T, 5)
+    for m, model in enumerate(models):
+        own = model.features(tokens[m], ids[m], segments=segments[m])
+        torch.testing.assert_close(h[m], own)
+        torch.testing.assert_close(logits[m], model.head(own))
+        torch.testing.assert_close(pointer[m], model.pointer_logits(own, ids[m], own[:, :5], ids[m][:, :5]))
+    assert not torch.allclose(h[0], h[1])  # each model's own weights

@@ -17,9 +17,9 @@ predicting position (the one before the target):
   copies, the pointer's logit of the prompt token it copies. Attribution follows information
   that attention moves through intermediate positions, which the attention row misses.
 
-Attention is recomputed from each layer's own queries and keys (the model calls a fused
-kernel that does not return it); the hidden states it gives must reproduce the model's
-logits, which every run checks.
+Attention comes from the model's written-out forward (`Transformer.features_from` with
+`attention`: the fused kernel the model trains with does not return it); the hidden states it
+gives must reproduce the fused forward's logits, which every run checks.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from lengthgen import datasets, identity, positions, schema, tasks
 from lengthgen import device as devices
 from lengthgen.errors import UserError
 from lengthgen.evaluate import _check_match, held_identity, load_model
-from lengthgen.explicit_attention import attention_forward, embed
 from lengthgen.fileio import write_parquet
 
 METRICS = ("mass", "topk_mass", "entropy", "rank")
@@ -81,8 +80,9 @@ def measure(model, tokens, ids, query, target, deps, pointer, prompt_len: int, c
     # Nothing after the last query reaches a score (causal), so it is not computed; the targets
     # themselves are read from `tokens` only.
     end = int(query.max()) + 1
-    x = embed(model, tokens[:, :end], ids[:, :end]).detach().requires_grad_(True)
-    h, probs = attention_forward(model, x, ids[:, :end])
+    x = model.embed(tokens[:, :end], ids[:, :end]).detach().requires_grad_(True)
+    probs = []
+    h = model.features_from(x, ids[:, :end], attention=probs)
     score = target_scores(model, h, tokens, ids, query, target, pointer, prompt_len)
     (grad,) = torch.autograd.grad(score.sum(), x)  # rows are independent: each gets its own gradient
     with torch.no_grad():

@@ -9,10 +9,17 @@ same way. Each encoding lives in one place:
   alibi  linear attention bias per head (Press et al. 2022)
 An optional position head (Predictive Position Coupling) predicts the coupled ID of the next
 token, and a key/value cache lets decoding feed back one token and one ID at a time.
+
+This is the only forward of the package. Reading attention probabilities takes its written-out
+path (`features(..., attention=[])`), and stacked training runs the same code on M models whose
+parameters carry a leading model axis (`stack`): `call` applies each layer with each model's own
+weights, one batched matmul for all.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from dataclasses import asdict, dataclass
 
 import torch
@@ -92,6 +99,35 @@ def causal_mask(t: int, segments: torch.Tensor | None, device) -> torch.Tensor:
     return allowed
 
 
+def call(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """module(x); for a stack (`stack`: a Linear, LayerNorm or Embedding whose weight carries a
+    leading model axis M), each model's own layer on its own slice x[m] of x (M, ...)."""
+    w = getattr(module, "weight", None)
+    if isinstance(module, nn.Linear) and w.dim() == 3:
+        return _stacked_linear(module, x)
+    if isinstance(module, nn.LayerNorm) and w.dim() == 2:
+        view = (w.shape[0],) + (1,) * (x.dim() - 2) + (w.shape[1],)
+        return F.layer_norm(x, x.shape[-1:], eps=module.eps) * w.view(view) + module.bias.view(view)
+    if isinstance(module, nn.Embedding) and w.dim() == 3:
+        return stacked_rows(w, x)
+    return module(x)
+
+
+def _stacked_linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """x (M, ..., in) through each model's own weight (M, out, in): one baddbmm for all models."""
+    m, shape = x.shape[0], x.shape[1:-1]
+    w, b = module.weight, module.bias
+    flat = x.reshape(m, -1, x.shape[-1])
+    y = torch.bmm(flat, w.transpose(1, 2)) if b is None else torch.baddbmm(b[:, None, :], flat, w.transpose(1, 2))
+    return y.view(m, *shape, w.shape[1])
+
+
+def stacked_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows `index` (M, ...) of each model's own table (M, V, ...): one gather for all models."""
+    first = torch.arange(table.shape[0], device=index.device) * table.shape[1]  # each model's first row
+    return table.flatten(0, 1)[index + first.view(-1, *[1] * (index.dim() - 1))]
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -103,10 +139,11 @@ class CausalSelfAttention(nn.Module):
 
     def heads(self, x: torch.Tensor, position_ids: torch.Tensor, freqs: torch.Tensor | None = None):
         """Queries, keys and values (B, nh, T, hs) of x, rotated when the encoding is rope
-        (`freqs`: `rotary_freqs` of position_ids, computed here when not given)."""
-        b, t, c = x.shape
+        (`freqs`: `rotary_freqs` of position_ids, computed here when not given). A stack's x
+        (M, R, T, C) gives its M*R rows as one batch: attention has no weights of its own."""
+        t, c = x.shape[-2:]
         nh = self.cfg.n_head
-        qkv = self.qkv(x).view(b, t, 3, nh, c // nh)
+        qkv = call(self.qkv, x).view(-1, t, 3, nh, c // nh)
         if self.cfg.encoding != "rope":
             q, k, v = qkv.permute(2, 0, 3, 1, 4)
             return q, k, v
@@ -116,12 +153,15 @@ class CausalSelfAttention(nn.Module):
         return q, k, qkv[:, :, 2].transpose(1, 2)
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor, cache: dict | None = None, freqs=None, mask=None,
-                last: bool = False):
+                last: bool = False, attention: list | None = None):
         """Causal attention over x; with `cache`, over the cached keys too (then x must be one
         token, which sees every cached key, or the cache must be empty). `mask`: the attention
         mask of a full forward (`Transformer.attention_mask`), built once for all layers.
-        `last`: the output of the last query alone (B, 1, C); every key is still cached."""
-        b, t, c = x.shape
+        `last`: the output of the last query alone (B, 1, C); every key is still cached.
+        `attention`: a list that receives the probabilities (B, nh, Tq, Tk), attention then
+        being computed written out (`written_out`). A stack's x is (M, R, T, C), with
+        position_ids, freqs and mask those of its M*R rows."""
+        t, c = x.shape[-2:]
         q, k, v = self.heads(x, position_ids, freqs)
         key_ids = query_ids = position_ids
         past = cache is not None and "k" in cache
@@ -140,11 +180,26 @@ class CausalSelfAttention(nn.Module):
         if mask is None and self.cfg.encoding == "alibi":
             allowed = causal_mask(t, None, x.device) if causal else None
             mask = alibi_bias(query_ids, key_ids, self.slopes, q.dtype, allowed)
-        if mask is not None:  # bool, or ALiBi's bias already in q's dtype (see attention_mask)
+        if attention is not None:
+            y = self.written_out(q, k, v, mask, causal, attention)
+        elif mask is not None:  # bool, or ALiBi's bias already in q's dtype (see attention_mask)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=drop)
-        return self.proj(y.transpose(1, 2).reshape(b, q.shape[2], c))  # (B, T or 1, C)
+        return call(self.proj, y.transpose(1, 2).reshape(*x.shape[:-2], q.shape[2], c))  # (B, T or 1, C)
+
+    @staticmethod
+    def written_out(q, k, v, mask, causal: bool, probs: list) -> torch.Tensor:
+        """What the fused kernel computes (without dropout), written out so that its
+        probabilities can be read: they are appended to `probs`. Scores are float32."""
+        scores = (q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
+        if mask is None and causal:
+            mask = causal_mask(q.shape[2], None, q.device)[:, None]
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        p = scores.softmax(-1)
+        probs.append(p)
+        return p.to(v.dtype) @ v
 
 
 class Block(nn.Module):
@@ -157,11 +212,14 @@ class Block(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor, cache: dict | None = None, freqs=None, mask=None,
-                last: bool = False):
+                last: bool = False, attention: list | None = None):
         """x (B, T, C) -> (B, T, C), or (B, 1, C) for the last position alone with `last`."""
-        y = self.attn(self.ln1(x), position_ids, cache, freqs, mask, last=last)
+        y = self.attn(call(self.ln1, x), position_ids, cache, freqs, mask, last=last, attention=attention)
         x = (x[:, -1:] if last else x) + y
-        return x + self.mlp(self.ln2(x))
+        h = call(self.ln2, x)
+        for layer in self.mlp:  # nn.Sequential's own loop, with `call` for a stack's weights
+            h = call(layer, h)
+        return x + h
 
 
 class Transformer(nn.Module):
@@ -193,25 +251,43 @@ class Transformer(nn.Module):
                 nn.init.zeros_(m.bias)
 
     def features(self, tokens: torch.Tensor, position_ids: torch.Tensor, cache: list | None = None,
-                 segments: torch.Tensor | None = None, last_only: bool = False) -> torch.Tensor:
+                 segments: torch.Tensor | None = None, last_only: bool = False,
+                 attention: list | None = None) -> torch.Tensor:
         """tokens, position_ids: (B, T) -> final hidden states (B, T, C). `cache`: one dict per
         layer, filled on the first call and extended by each later one-token call. `segments`
         (B, T): the example of each token when several examples share a row (packing).
         `last_only`: the last position's state alone, (B, 1, C); the top block then runs its
         projection and MLP for that position only, which is all greedy decoding and scoring read
-        (the blocks below, and every layer's cached keys, need every position)."""
+        (the blocks below, and every layer's cached keys, need every position).
+        `attention`: a list that receives each layer's attention probabilities (B, nh, Tq, Tk),
+        from attention written out instead of the fused kernel, which does not return them.
+        A stack (`stack`) takes (M, R, T) and gives (M, R, T, C), each model's rows its own."""
+        return self.features_from(self.embed(tokens, position_ids), position_ids, cache, segments, last_only,
+                                  attention)
+
+    def embed(self, tokens: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """What the first block reads: token embeddings, plus the position table's for `ape`."""
+        x = call(self.tok_emb, tokens)
+        if self.pos_emb is not None:
+            x = x + call(self.pos_emb, position_ids)
+        return x
+
+    def features_from(self, x: torch.Tensor, position_ids: torch.Tensor, cache: list | None = None,
+                      segments: torch.Tensor | None = None, last_only: bool = False,
+                      attention: list | None = None) -> torch.Tensor:
+        """`features` from the embeddings x (B, T, C) (`embed`): a gradient can be taken to them."""
         if segments is not None and cache is not None:
             raise ValueError("packed rows (segments) are for training; a cache is for decoding")
-        x = self.tok_emb(tokens)
-        if self.pos_emb is not None:
-            x = x + self.pos_emb(position_ids)
-        freqs = self.rotary_freqs(position_ids)  # once for all layers: they share the IDs
+        ids = position_ids.flatten(0, -2)  # a stack's (M, R, T) rows: one batch to attention
+        segments = None if segments is None else segments.flatten(0, -2)
+        freqs = self.rotary_freqs(ids)  # once for all layers: they share the IDs
         past = cache is not None and "k" in cache[0]
-        mask = None if past else self.attention_mask(position_ids, segments)
+        mask = None if past else self.attention_mask(ids, segments)
         top = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x = block(x, position_ids, None if cache is None else cache[i], freqs, mask, last=last_only and i == top)
-        return self.ln_f(x)
+            x = block(x, ids, None if cache is None else cache[i], freqs, mask, last=last_only and i == top,
+                      attention=attention)
+        return call(self.ln_f, x)
 
     def attention_mask(self, position_ids: torch.Tensor, segments: torch.Tensor | None = None):
         """The mask every layer of a full forward shares: None (SDPA's own causal mask) unless
@@ -240,18 +316,36 @@ class Transformer(nn.Module):
         return [{} for _ in self.blocks]
 
     def pointer_logits(self, h_query, query_ids, h_keys, key_ids) -> torch.Tensor:
-        """(B, Tq, C) x (B, Tk, C) -> (B, Tq, Tk): which key position holds the next token's ID.
+        """(B, Tq, C) x (B, Tk, C) -> (B, Tq, Tk): which key position holds the next token's ID;
+        a stack's (M, B, T, C) -> (M, B, Tq, Tk).
 
         With `pointer_rope`, half of the channels are rotated by the position IDs (rotary), so the
         pointer can select by relative ID (the next bit) as well as by content (a variable's name)."""
         d, half = self.cfg.d_model, self.cfg.d_model // 2
-        q = self.pointer(h_query)[..., :d]
-        k = self.pointer(h_keys)[..., d:]
-        if not self.cfg.pointer_rope:
-            return q @ k.transpose(1, 2) / d**0.5
-        q = torch.cat([rotary(q[:, None, :, :half], query_ids, self.cfg.rope_base)[:, 0], q[..., half:]], dim=-1)
-        k = torch.cat([rotary(k[:, None, :, :half], key_ids, self.cfg.rope_base)[:, 0], k[..., half:]], dim=-1)
-        return q @ k.transpose(1, 2) / d**0.5
+        q = call(self.pointer, h_query)[..., :d].flatten(0, -3)  # a stack's rows: one batch
+        k = call(self.pointer, h_keys)[..., d:].flatten(0, -3)
+        if self.cfg.pointer_rope:
+            query_ids, key_ids, base = query_ids.flatten(0, -2), key_ids.flatten(0, -2), self.cfg.rope_base
+            q = torch.cat([rotary(q[:, None, :, :half], query_ids, base)[:, 0], q[..., half:]], dim=-1)
+            k = torch.cat([rotary(k[:, None, :, :half], key_ids, base)[:, 0], k[..., half:]], dim=-1)
+        return (q @ k.transpose(1, 2) / d**0.5).view(*h_query.shape[:-2], q.shape[1], k.shape[1])
+
+
+def stack(models: list[Transformer]) -> Transformer:
+    """The models (one config) as one Transformer whose parameters are theirs stacked on a
+    leading model axis (M, ...); its methods then take and give that axis (stacked training)."""
+    named = [dict(m.named_parameters()) for m in models]
+    out = copy.deepcopy(models[0])
+    set_parameters(out, {n: torch.stack([p[n].detach() for p in named]) for n in named[0]})
+    return out
+
+
+def set_parameters(module: nn.Module, params: dict) -> None:
+    """Make each tensor of `params` (by name) the module's parameter of that name, whatever its
+    shape: a stack's parameters shrink as its models stop."""
+    for name, value in params.items():
+        owner, _, leaf = name.rpartition(".")
+        setattr(module.get_submodule(owner), leaf, nn.Parameter(value))
 
 
 def param_count(model: nn.Module) -> int:

@@ -1,7 +1,7 @@
 """Stacked training: the seeds of one (task, scheme) cell trained as one batched model.
 
-The models' parameters are stacked along a leading model axis (`torch.func.stack_module_state`)
-and `stacked_model` applies each matrix to every model with one batched matmul; one backward
+The models' parameters are stacked along a leading model axis (`model.stack`), on which
+`model.py`'s own forward applies each matrix to every model with one batched matmul; one backward
 pass and one fused AdamW call update every model. What that saves is a step's fixed costs, so
 it pays where one small model leaves the device idle (a GPU); see docs/performance.md.
 
@@ -14,21 +14,18 @@ one-model path writes them.
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.func import stack_module_state
 
 from lengthgen import device as devices
-from lengthgen import stacked_model, tasks, train
+from lengthgen import tasks, train
 from lengthgen.errors import TrainingDiverged, UserError
 from lengthgen.loop import AdamW, load_checkpoint, lr_at, save_checkpoint
-from lengthgen.model import param_count
-from lengthgen.stacked_model import embed
+from lengthgen.model import call, param_count, set_parameters, stack, stacked_rows
 from lengthgen.train import (
     COPY,
     _cell_id,
@@ -74,21 +71,20 @@ def _same_but_seed(cells: list[dict]) -> None:
 
 
 class Stack:
-    """The active models' stacked parameters, their optimizer and their base module."""
+    """The active models as one stacked Transformer (`model.stack`), its parameters and their optimizer."""
 
     def __init__(self, models: list, weight_decay: float):
-        params, self.buffers = stack_module_state(models)
-        self.names = list(params)
-        self.params = [params[n].detach().requires_grad_() for n in self.names]
+        self.model = stack(models)
+        self.names = [n for n, _ in self.model.named_parameters()]
+        self.params = list(self.model.parameters())
         self.opt = AdamW(self.params, lr=0.0, weight_decay=weight_decay, betas=(0.9, 0.98))
-        self.base = copy.deepcopy(models[0]).to("meta")  # the code; the weights come from the stack
 
     def keep(self, rows: list[int]) -> None:
         """Drop every model not in `rows` (positions in the stack): their state freezes."""
         index = torch.tensor(rows, device=self.params[0].device)
         state = self.opt.state_dict()
-        self.params = [p.detach()[index].clone().requires_grad_() for p in self.params]
-        self.buffers = {n: b[index] for n, b in self.buffers.items()}
+        set_parameters(self.model, {n: p.detach()[index].clone() for n, p in zip(self.names, self.params, strict=True)})
+        self.params = list(self.model.parameters())
         self.opt = AdamW(self.params, lr=state["lr"], weight_decay=self.opt.weight_decay, betas=self.opt.betas)
         self.opt.state = {i: {"step": s["step"], "exp_avg": s["exp_avg"][index], "exp_avg_sq": s["exp_avg_sq"][index]}
                           for i, s in state["state"].items()}
@@ -96,7 +92,7 @@ class Stack:
     def state_of(self, row: int) -> dict:
         """One model's state dict (parameters and buffers) at its position in the stack."""
         return {**{n: p.detach()[row].clone() for n, p in zip(self.names, self.params, strict=True)},
-                **{n: b[row].clone() for n, b in self.buffers.items()}}
+                **{n: b.clone() for n, b in self.model.named_buffers()}}  # the same in every model
 
 
 def stacked_inputs(batches: list[dict], dev, copy_: bool) -> dict:
@@ -154,26 +150,25 @@ def _masked_ce(scores: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor) 
 
 
 def batched_loss(stack: Stack, inputs: dict, prompt: int, ppc_weight: float):
-    """Every model's loss (M,) and per-example correctness (M, B), by `stacked_model` (bmm)."""
-    cfg, p = stack.base.cfg, dict(zip(stack.names, stack.params, strict=True))
-    mask, targets, where = inputs["mask"], inputs["targets"], inputs["where"]
-    m = mask.shape[0]
+    """Every model's loss (M,) and per-example correctness (M, B), by the stacked model (bmm)."""
+    model = stack.model
+    cfg, mask, targets, where = model.cfg, inputs["mask"], inputs["targets"], inputs["where"]
     with devices.autocast(mask.device):
-        h = stacked_model.features(cfg, p, inputs["tokens"], inputs["ids"], inputs["segments"])
-        h = embed(h.flatten(1, 2), where)  # (M, B, T, C): each example's states, unpacked
-        logits = stacked_model.linear(p, "head", h)
+        h = model.features(inputs["tokens"], inputs["ids"], segments=inputs["segments"])
+        h = stacked_rows(h.flatten(1, 2), where)  # (M, B, T, C): each example's states, unpacked
+        logits = call(model.head, h)
     loss = _masked_ce(logits, targets, mask)
     wrong = ((logits.argmax(-1) != targets) & mask).any(dim=-1)
     if cfg.position_head != "none":
         fed, ids = inputs["pointer"] >= 0, inputs["all_ids"]
         if cfg.position_head == "pointer":
             with devices.autocast(mask.device):
-                scores = stacked_model.pointer_logits(cfg, p, h, ids[:, :, :-1], h[:, :, :prompt], ids[:, :, :prompt])
-            outside = torch.arange(prompt, device=mask.device) >= inputs["answer_start"].flatten()[:, None]
-            scores = scores.float().masked_fill(outside[:, None, :], float("-inf")).unflatten(0, (m, -1))
+                scores = model.pointer_logits(h, ids[:, :, :-1], h[:, :, :prompt], ids[:, :, :prompt])
+            outside = torch.arange(prompt, device=mask.device) >= inputs["answer_start"][..., None]  # (M, B, P)
+            scores = scores.float().masked_fill(outside[:, :, None, :], float("-inf"))
             target = inputs["pointer"]
         else:
-            scores, target = stacked_model.linear(p, "id_head", h).float(), ids[:, :, 1:]
+            scores, target = call(model.id_head, h).float(), ids[:, :, 1:]
         loss = loss + ppc_weight * _masked_ce(scores, target, fed)
         wrong = wrong | ((scores.argmax(-1) != target) & fed).any(dim=-1)
     return loss, ~wrong

@@ -21,7 +21,6 @@ import torch
 from lengthgen import device as devices
 from lengthgen import identity
 from lengthgen.errors import UserError
-from lengthgen.explicit_attention import attention_forward, embed
 from lengthgen.fileio import read_intermediate, write_parquet
 from lengthgen.language import lm
 from lengthgen.language import tokenizer as tokenizers
@@ -52,7 +51,8 @@ def measure(model, ctx: torch.Tensor, greedy: torch.Tensor, k: int, d: int) -> d
     dev = next(model.parameters()).device
     ctx, greedy = ctx.to(dev), greedy.to(dev)
     ids = torch.arange(ctx.shape[1], device=dev).expand_as(ctx)
-    _, probs = attention_forward(model, embed(model, ctx, ids), ids)
+    probs = []
+    model.features(ctx, ids, attention=probs)
     last = [p[:, :, -1] for p in probs]  # (N, H, T) each
     out = {}
     for layer, rows in enumerate(last):

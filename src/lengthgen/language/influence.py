@@ -59,15 +59,9 @@ def _device(model) -> torch.device:
 @torch.no_grad()
 def last_attention(model, tokens: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """(B, T) attention of the predicting (last) position over the keys, mean over layers and heads."""
-    dev = _device(model)
-    tokens, ids = tokens.to(dev), ids.to(dev)
-    x, total, freqs = model.tok_emb(tokens), 0.0, model.rotary_freqs(ids)
-    for block in model.blocks:
-        q, k, _ = block.attn.heads(block.ln1(x), ids, freqs)
-        scores = q[:, :, -1:] @ k.transpose(-1, -2) / q.shape[-1] ** 0.5  # the last query sees every key
-        total = total + scores.float().softmax(-1)[:, :, 0].mean(1)
-        x = block(x, ids, freqs=freqs)
-    return (total / len(model.blocks)).cpu()
+    dev, probs = _device(model), []
+    model.features(tokens.to(dev), ids.to(dev), last_only=True, attention=probs)  # the top layer: the last row
+    return (sum(p[:, :, -1].mean(1) for p in probs) / len(probs)).cpu()
 
 
 class Contexts:
