@@ -15,7 +15,7 @@ LAYERS = {
     # support: no lengthgen imports beyond each other
     "support": {"errors", "fileio", "identity", "progress", "device", "markdown", "digest", "unlock"},
     "tasks": {"tasks", "datasets", "config"},
-    "model": {"model", "stacked_model", "explicit_attention", "positions", "loop"},
+    "model": {"model", "stacked_model", "explicit_attention", "positions", "loop", "training_loop"},
     "stages": {"train", "stacked", "evaluate", "decode", "attention", "language"},
     "analysis": {"aggregate", "stats", "claims", "scale", "attention_report", "scorecard", "power", "replicate",
                  "verdict", "diff", "report", "figures", "docblocks", "language.scores", "language.report"},
