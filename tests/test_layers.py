@@ -15,7 +15,7 @@ LAYERS = {
     # support: no lengthgen imports beyond each other
     "support": {"errors", "fileio", "identity", "progress", "device", "markdown", "digest", "unlock", "schema"},
     "tasks": {"tasks", "datasets", "config"},
-    "model": {"model", "positions", "loop"},
+    "model": {"model", "positions", "loop", "training_loop"},
     "stages": {"train", "stacked", "evaluate", "decode", "attention", "language"},
     "analysis": {"aggregate", "stats", "claims", "scale", "attention_report", "scorecard", "power", "replicate",
                  "verdict", "diff", "report", "figures", "docblocks", "language.scores", "language.report"},

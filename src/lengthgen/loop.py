@@ -1,5 +1,6 @@
-"""Pieces shared by the training loops (synthetic cells and language models): the optimizer
-(AdamW), the learning-rate schedule and resumable checkpoints that only the same run may resume."""
+"""Pieces of training (synthetic cells and language models) beside the loop itself
+(training_loop.py): the optimizer (AdamW), the learning-rate schedule and resumable checkpoints
+that only the same run may resume."""
 
 from __future__ import annotations
 

@@ -15,25 +15,22 @@ one-model path writes them.
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from lengthgen import device as devices
-from lengthgen import tasks, train
-from lengthgen.errors import TrainingDiverged, UserError
-from lengthgen.loop import AdamW, load_checkpoint, lr_at, save_checkpoint
+from lengthgen import tasks, train, training_loop
+from lengthgen.errors import UserError
+from lengthgen.loop import AdamW, lr_at
 from lengthgen.model import call, param_count, set_parameters, stack, stacked_rows
 from lengthgen.train import (
     COPY,
-    _cell_id,
-    _converged,
-    _fingerprint,
-    _write_outputs,
     answer_mask,
     build_model,
+    cell_id,
+    cell_outputs,
     load_training_data,
     pack,
     training_batch,
@@ -205,56 +202,76 @@ def train_stacked(cells: list[dict], data_path, out_dirs: list, checkpoint_path,
     _same_but_seed(cells)
     if len(out_dirs) != len(cells):
         raise UserError(f"--out-dirs: {len(out_dirs)} directories for {len(cells)} cells")
-    first, cfg = cells[0], cells[0]["train"]
+    first = cells[0]
     dev = devices.resolve(first["device"], first["threads"])
     data, meta = load_training_data(data_path, first)
-    opts = first["scheme_options"]
-    gaps = tasks.get(meta["kind"]).gap_after(opts["positions"] == "coupled")
+    gaps = tasks.get(meta["kind"]).gap_after(first["scheme_options"]["positions"] == "coupled")
     models = []
     for cell in cells:
         torch.manual_seed(cell["seed"])  # each model's own initialization, as trained alone
         models.append(build_model(cell, len(meta["vocab"])).to(dev))
-    stack = Stack(models, cfg["weight_decay"])
-    fingerprint = _fingerprint(cells, data_path, code_digest)
-    checkpoint_path = Path(checkpoint_path)
-    n = len(cells)
-    step, active, streak, rows, done = 0, list(range(n)), [0] * n, [[] for _ in cells], {}
-    state = load_checkpoint(checkpoint_path, fingerprint, log)
-    if state:
-        step, active, streak, rows, done = _restore(stack, state)
-        log(f"{_block_id(cells)}: resumed from step {step}")
-    log(f"{_block_id(cells)}: {n} models of {param_count(models[0]):,} parameters on {devices.describe(dev)}, "
-        f"{len(data['tokens']):,} examples")
-    started = time.perf_counter()
-    while active and step < cfg["max_steps"]:
-        batches = [training_batch(data, step, cells[i], gaps) for i in active]
-        lr = lr_at(step, cfg)
-        losses, accs = stacked_step(stack, batches, lr, cfg["grad_clip"], dev, opts)
-        for i, loss, acc in zip(active, losses, accs, strict=True):
-            if not math.isfinite(loss):
-                raise TrainingDiverged(
-                    f"{_cell_id(cells[i])}: loss is {loss} at step {step}; lower train.lr or check the data")
-            streak[i] = streak[i] + 1 if _converged(loss, acc, cfg["early_stop"]) else 0
-            rows[i].append((step, loss, acc, lr))
-        step += 1
-        active = _drop_stopped(stack, cells, active, streak, done, step, log)
-        if step % cfg["log_every"] == 0:
-            log(f"{_block_id(cells)}: step {step}/{cfg['max_steps']}, {len(active)} of {n} models training")
-        if step % cfg["checkpoint_every"] == 0 and active:  # with none active, the outputs come next
-            save_checkpoint(checkpoint_path, fingerprint=fingerprint, params=[p.detach() for p in stack.params],
-                            optimizer=stack.opt.state_dict(), step=step, active=active, streak=streak, rows=rows,
-                            done=done)
-    for k, i in enumerate(active):
-        done[i] = stack.state_of(k)
-    log(f"{_block_id(cells)}: finished at step {step} after {time.perf_counter() - started:.1f} s")
-    summaries = []
-    for i, cell in enumerate(cells):
-        model = models[i]
-        model.load_state_dict({k: done[i][k] for k in model.state_dict()})
-        stopped = "converged" if _stops(streak[i], cfg) else "max_steps"
-        summaries.append(_write_outputs(model, cell, meta, rows[i], Path(out_dirs[i]), dev, code_digest, stopped))
-    checkpoint_path.unlink(missing_ok=True)
-    return summaries
+    trainer = StackTrainer(cells, data, meta, gaps, models, dev, [Path(d) for d in out_dirs], code_digest, log)
+    fingerprint = training_loop.fingerprint(cells, training_loop.file_digest(data_path), code_digest)
+    training_loop.run(trainer, Path(checkpoint_path), fingerprint, log)
+    return trainer.summaries
+
+
+class StackTrainer(training_loop.Trainer):
+    """A block's part of the training loop: every active model steps at once; each keeps its own
+    rows and early-stop streak, and leaves the stack when its streak stops it."""
+
+    advice = "lower train.lr or check the data"
+
+    def __init__(self, cells, data, meta, gaps, models, dev, out_dirs: list[Path], code_digest: str, log):
+        self.cells, self.data, self.meta, self.gaps, self.models, self.dev = cells, data, meta, gaps, models, dev
+        self.cfg, self.out_dirs, self.code_digest, self.log = cells[0]["train"], out_dirs, code_digest, log
+        self.stack = Stack(models, self.cfg["weight_decay"])
+        n = len(cells)
+        self.active, self.streak, self.rows, self.done = list(range(n)), [0] * n, [[] for _ in cells], {}
+        self.max_steps, self.checkpoint_every, self.log_every = (
+            self.cfg["max_steps"], self.cfg["checkpoint_every"], self.cfg["log_every"])
+        self.name = _block_id(cells)
+        self.about = (f"{n} models of {param_count(models[0]):,} parameters on {devices.describe(dev)}, "
+                      f"{len(data['tokens']):,} examples")
+
+    def step(self, step: int) -> dict[str, float]:
+        batches = [training_batch(self.data, step, self.cells[i], self.gaps) for i in self.active]
+        self.lr = lr_at(step, self.cfg)
+        self.last = stacked_step(self.stack, batches, self.lr, self.cfg["grad_clip"], self.dev,
+                                 self.cells[0]["scheme_options"])
+        return {cell_id(self.cells[i]): loss for i, loss in zip(self.active, self.last[0], strict=True)}
+
+    def record(self, step: int) -> None:
+        for i, loss, acc in zip(self.active, *self.last, strict=True):
+            self.streak[i] = training_loop.next_streak(self.streak[i], loss, acc, self.cfg["early_stop"])
+            self.rows[i].append((step, loss, acc, self.lr))
+        self.active = _drop_stopped(self.stack, self.cells, self.active, self.streak, self.done, step + 1, self.log)
+
+    def converged(self) -> bool:
+        return not self.active
+
+    def status(self) -> str:
+        return f"({len(self.active)} of {len(self.cells)} models training)"
+
+    def checkpoint(self, steps: int) -> dict:
+        return {"params": [p.detach() for p in self.stack.params], "optimizer": self.stack.opt.state_dict(),
+                "step": steps, "active": self.active, "streak": self.streak, "rows": self.rows, "done": self.done}
+
+    def restore(self, state: dict) -> None:
+        self.active, self.streak, self.rows, self.done = _restore(self.stack, state)
+
+    def outputs(self, stopped: str):
+        """Each model's files, as a model trained alone writes them (`stopped`, the block's, is
+        not each model's)."""
+        for k, i in enumerate(self.active):
+            self.done[i] = self.stack.state_of(k)
+        self.summaries = []
+        for i, (cell, model) in enumerate(zip(self.cells, self.models, strict=True)):
+            model.load_state_dict({k: self.done[i][k] for k in model.state_dict()})
+            own = "converged" if training_loop.patience_met(self.streak[i], self.cfg["early_stop"]) else "max_steps"
+            summary, files = cell_outputs(model, cell, self.meta, self.rows[i], self.dev, self.code_digest, own)
+            self.summaries.append(summary)
+            yield self.out_dirs[i], files
 
 
 def _block_id(cells: list[dict]) -> str:
@@ -262,18 +279,13 @@ def _block_id(cells: list[dict]) -> str:
     return f"{c['task']}/{c['scheme']}/seeds{'-'.join(str(x['seed']) for x in cells)}"
 
 
-def _stops(streak: int, cfg: dict) -> bool:
-    patience = cfg["early_stop"]["patience"]
-    return bool(patience) and streak >= patience
-
-
 def _drop_stopped(stack: Stack, cells, active: list[int], streak, done: dict, step: int, log) -> list[int]:
     """Take the models whose early stop has come out of the stack, keeping their final state in
     `done`; the models still training, in stack order."""
-    stopped = [i for i in active if _stops(streak[i], cells[i]["train"])]
+    stopped = [i for i in active if training_loop.patience_met(streak[i], cells[i]["train"]["early_stop"])]
     for i in stopped:
         done[i] = stack.state_of(active.index(i))
-        log(f"{_cell_id(cells[i])}: stopped at step {step} (converged)")
+        log(f"{cell_id(cells[i])}: stopped at step {step} (converged)")
     still = [i for i in active if i not in stopped]
     if stopped and still:
         stack.keep([active.index(i) for i in still])
@@ -281,12 +293,11 @@ def _drop_stopped(stack: Stack, cells, active: list[int], streak, done: dict, st
 
 
 def _restore(stack: Stack, state: dict) -> tuple:
-    """Load a stacked checkpoint into `stack`; its step, active models, streaks, rows and the
-    final states of the models that had stopped."""
+    """Load a stacked checkpoint into `stack`; its active models, streaks, rows and the final
+    states of the models that had stopped."""
     stack.keep(state["active"])
     with torch.no_grad():
         for p, saved in zip(stack.params, state["params"], strict=True):
             p.copy_(saved)
     stack.opt.load_state_dict(state["optimizer"])
-    return tuple(state[k] for k in ("step", "active", "streak", "rows", "done"))
-
+    return tuple(state[k] for k in ("active", "streak", "rows", "done"))

@@ -3,27 +3,24 @@
 Deterministic per seed: the batch at step s is a function of (seed, s) alone, so a job
 killed at any point and resumed from its last checkpoint ends exactly where an
 uninterrupted run would. Checkpoints live outside Snakemake's declared outputs (which
-are deleted before a rerun) and are only resumed when they belong to the same cell.
+are deleted before a rerun) and are only resumed when they belong to the same cell. The loop
+(resume, checkpoints, early stop, outputs) is training_loop's; CellTrainer is the cell's part.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
-import platform
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lengthgen import datasets, positions, progress, tasks
+from lengthgen import datasets, positions, tasks, training_loop
 from lengthgen import device as devices
-from lengthgen.errors import TrainingDiverged, UserError
-from lengthgen.fileio import canonical_json, write_parquet, write_text
-from lengthgen.loop import adamw, load_checkpoint, lr_at, save_checkpoint, save_tensors
+from lengthgen.errors import UserError
+from lengthgen.loop import adamw, lr_at
 from lengthgen.model import ModelConfig, Transformer, param_count, pointer_scores
 
 
@@ -162,20 +159,9 @@ def optimizer_step(model, opt, batch: dict, lr: float, grad_clip: float, dev, pp
     return loss_value, correct.float().mean().item()
 
 
-def _converged(loss: float, accuracy: float, early_stop: dict) -> bool:
-    """A batch counts towards early stopping when it is accurate and, if set, its loss is low:
-    fitting is not enough for length generalization, attention must also be sharp."""
-    return accuracy >= early_stop["accuracy"] and (early_stop["loss"] is None or loss <= early_stop["loss"])
-
-
-def _cell_id(cell: dict) -> str:
+def cell_id(cell: dict) -> str:
+    """How log lines and errors name a cell: task/scheme/seed<n>."""
     return f"{cell['task']}/{cell['scheme']}/seed{cell['seed']}"
-
-
-def _fingerprint(cell: dict, data_path, code_digest: str) -> str:
-    """What a checkpoint must match to be resumed: the cell, the exact training file and the code."""
-    data_sha = hashlib.sha256(Path(data_path).read_bytes()).hexdigest()
-    return hashlib.sha256(canonical_json([cell, data_sha, code_digest]).encode()).hexdigest()[:16]
 
 
 def load_training_data(path, cell: dict) -> tuple[dict, dict]:
@@ -205,55 +191,69 @@ def training_batch(data: dict, step: int, cell: dict, gaps: tuple) -> dict:
 
 def train(cell: dict, data_path, out_dir, checkpoint_path, code_digest: str = "", log=print) -> dict:
     """Train one cell; write model.pt, train_log.parquet and meta.json into `out_dir`."""
-    cfg, cell_id = cell["train"], _cell_id(cell)
     dev = devices.resolve(cell["device"], cell["threads"])
     data, meta = load_training_data(data_path, cell)
-    opts = cell["scheme_options"]
-    gaps = tasks.get(meta["kind"]).gap_after(opts["positions"] == "coupled")
+    gaps = tasks.get(meta["kind"]).gap_after(cell["scheme_options"]["positions"] == "coupled")
     torch.manual_seed(cell["seed"])
     model = build_model(cell, len(meta["vocab"])).to(dev)
-    opt = adamw(model, cfg)
-    fingerprint = _fingerprint(cell, data_path, code_digest)
-    checkpoint_path = Path(checkpoint_path)
-    state = load_checkpoint(checkpoint_path, fingerprint, log)
-    step, streak, rows = 0, 0, []
-    if state:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
+    trainer = CellTrainer(cell, data, meta, gaps, model, dev, Path(out_dir), code_digest)
+    fingerprint = training_loop.fingerprint(cell, training_loop.file_digest(data_path), code_digest)
+    training_loop.run(trainer, Path(checkpoint_path), fingerprint, log)
+    return trainer.summary
+
+
+class CellTrainer(training_loop.Trainer):
+    """One cell's part of the training loop: its batches, loss, early-stop streak and files."""
+
+    advice = "lower train.lr or check the data"
+
+    def __init__(self, cell: dict, data: dict, meta: dict, gaps: tuple, model, dev, out_dir: Path, code_digest: str):
+        self.cell, self.data, self.meta, self.gaps, self.model, self.dev = cell, data, meta, gaps, model, dev
+        self.cfg, self.out_dir, self.code_digest = cell["train"], out_dir, code_digest
+        self.opt = adamw(model, self.cfg)
+        self.name, self.streak, self.rows = cell_id(cell), 0, []
+        self.max_steps, self.checkpoint_every, self.log_every = (
+            self.cfg["max_steps"], self.cfg["checkpoint_every"], self.cfg["log_every"])
+        self.about = f"{param_count(model):,} parameters on {devices.describe(dev)}, {len(data['tokens']):,} examples"
+
+    def step(self, step: int) -> dict[str, float]:
+        opts = self.cell["scheme_options"]
+        batch = training_batch(self.data, step, self.cell, self.gaps)
+        self.last = optimizer_step(self.model, self.opt, batch, lr_at(step, self.cfg), self.cfg["grad_clip"],
+                                   self.dev, opts["ppc_weight"], opts["copy"])
+        return {self.name: self.last[0]}
+
+    def record(self, step: int) -> None:
+        loss, accuracy = self.last
+        self.streak = training_loop.next_streak(self.streak, loss, accuracy, self.cfg["early_stop"])
+        self.rows.append((step, loss, accuracy, self.opt.param_groups[0]["lr"]))
+
+    def converged(self) -> bool:
+        return training_loop.patience_met(self.streak, self.cfg["early_stop"])
+
+    def status(self) -> str:
+        return f"loss {self.last[0]:.4f} acc {self.last[1]:.3f}"
+
+    def checkpoint(self, steps: int) -> dict:
+        # the global RNG too: dropout draws from it
+        return {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "rng": torch.get_rng_state(),
+                "step": steps, "streak": self.streak, "rows": self.rows}
+
+    def restore(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
-        step, streak, rows = state["step"], state["streak"], state["rows"]
-        log(f"{cell_id}: resumed from step {step}")
-    log(f"{cell_id}: {param_count(model):,} parameters on {devices.describe(dev)}, {len(data['tokens']):,} examples")
-    patience = cfg["early_stop"]["patience"]
-    started, last_print = time.perf_counter(), 0.0
-    while step < cfg["max_steps"] and not (patience and streak >= patience):
-        batch = training_batch(data, step, cell, gaps)
-        loss_value, acc_value = optimizer_step(
-            model, opt, batch, lr_at(step, cfg), cfg["grad_clip"], dev, opts["ppc_weight"], opts["copy"]
-        )
-        if not math.isfinite(loss_value):
-            raise TrainingDiverged(f"{cell_id}: loss is {loss_value} at step {step}; lower train.lr or check the data")
-        streak = streak + 1 if _converged(loss_value, acc_value, cfg["early_stop"]) else 0
-        rows.append((step, loss_value, acc_value, opt.param_groups[0]["lr"]))
-        step += 1
-        elapsed = time.perf_counter() - started
-        if step % cfg["log_every"] == 0 or elapsed - last_print > 30:
-            last_print = elapsed
-            log(f"{cell_id}: step {step}/{cfg['max_steps']} loss {loss_value:.4f} acc {acc_value:.3f} | "
-                f"{progress.tail(step, cfg['max_steps'], elapsed, start=state['step'] if state else 0)}")
-        if step % cfg["checkpoint_every"] == 0:
-            save_checkpoint(
-                checkpoint_path, fingerprint=fingerprint, model=model.state_dict(), optimizer=opt.state_dict(),
-                rng=torch.get_rng_state(), step=step, streak=streak, rows=rows,
-            )
-    stopped = "converged" if patience and streak >= patience else "max_steps"
-    log(f"{cell_id}: stopped at step {step} ({stopped}) after {time.perf_counter() - started:.1f} s")
-    summary = _write_outputs(model, cell, meta, rows, Path(out_dir), dev, code_digest, stopped)
-    checkpoint_path.unlink(missing_ok=True)  # the final model supersedes it
-    return summary
+        self.streak, self.rows = state["streak"], state["rows"]
+
+    def outputs(self, stopped: str):
+        self.summary, files = cell_outputs(self.model, self.cell, self.meta, self.rows, self.dev, self.code_digest,
+                                           stopped)
+        return [(self.out_dir, files)]
 
 
-def _write_outputs(model, cell, meta, rows, out_dir: Path, dev, code_digest, stopped) -> dict:
+def cell_outputs(model, cell: dict, meta: dict, rows: list, dev, code_digest: str, stopped: str) -> tuple[dict, dict]:
+    """A trained cell's summary, and its files for training_loop.write_outputs: model.pt,
+    train_log.parquet (one row per step) and meta.json."""
     history = {name: [row[i] for row in rows] for i, name in enumerate(("step", "loss", "accuracy", "lr"))}
     summary = {
         "steps": len(rows),
@@ -264,15 +264,11 @@ def _write_outputs(model, cell, meta, rows, out_dir: Path, dev, code_digest, sto
     task = {k: meta[k] for k in ("task", "kind", "params", "vocab")}
     state = {k: v.cpu() for k, v in model.state_dict().items()}
     checkpoint = {"model_args": model.cfg.to_dict(), "state_dict": state, "cell": cell, "task": task, **summary}
-    save_tensors(out_dir / "model.pt", checkpoint)
-    write_parquet(out_dir / "train_log.parquet", history)
     info = {
         "cell": cell,
         "code_digest": code_digest,
         "data": {k: meta[k] for k in ("task", "kind", "params", "seed")},
-        "device": devices.describe(dev),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__},
+        **training_loop.machine(dev),
         **summary,
     }
-    write_text(out_dir / "meta.json", canonical_json(info) + "\n")
-    return summary
+    return summary, {"model.pt": checkpoint, "train_log.parquet": history, "meta.json": info}

@@ -8,10 +8,7 @@ resumed only by the same spec, tokens and code, so a killed job ends where a who
 
 from __future__ import annotations
 
-import hashlib
 import math
-import platform
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +16,10 @@ import pandas as pd
 import torch
 
 from lengthgen import device as devices
-from lengthgen import progress
-from lengthgen.errors import TrainingDiverged
-from lengthgen.fileio import atomic_path, canonical_json, write_text
+from lengthgen import training_loop
 from lengthgen.language import tokenizer as tokenizers
 from lengthgen.language.loss import next_token_loss
-from lengthgen.loop import adamw, load_checkpoint, load_tensors, lr_at, save_checkpoint, save_tensors
+from lengthgen.loop import adamw, load_tensors, lr_at
 from lengthgen.model import ModelConfig, Transformer, param_count
 
 
@@ -81,51 +76,70 @@ def _loss(model, tokens: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return next_token_loss(h.flatten(0, 1), model.head.weight, tokens[:, 1:].flatten())
 
 
-def _fingerprint(spec: dict, tokens_meta: dict, code_digest: str) -> str:
-    return hashlib.sha256(canonical_json([spec, tokens_meta, code_digest]).encode()).hexdigest()[:16]
-
-
 def train_lm(spec: dict, tokenizer_path, tokens_dir, out_dir, checkpoint_path, code_digest: str = "", log=print):
     """Train one language model; write model.pt, train_log.parquet and meta.json into out_dir."""
-    cfg, name = spec["train"], f"language/{spec['name']}/seed{spec['seed']}"
     dev = devices.resolve(spec["device"], spec["threads"])
     tok = tokenizers.load(tokenizer_path)
     stream, _ = tokenizers.load_stream(tokens_dir, "train", tok.sha256)
     val = validation_windows(tokenizers.load_stream(tokens_dir, "validation", tok.sha256)[0], spec)
     torch.manual_seed(spec["seed"])
     model = build(spec, tok.vocab_size).to(dev)
-    opt = adamw(model, cfg)
     tokens_meta = tokenizers.info(tokens_dir)
-    fingerprint = _fingerprint(spec, tokens_meta, code_digest)
-    state = load_checkpoint(Path(checkpoint_path), fingerprint, log)
-    step, rows = 0, []
-    if state:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        step, rows = state["step"], state["rows"]
-        log(f"{name}: resumed from step {step}")
-    log(f"{name}: {param_count(model):,} parameters on {devices.describe(dev)}, context {spec['context']}, "
-        f"{len(stream):,} training tokens")
-    started, tokens_per_step = time.perf_counter(), cfg["batch_size"] * spec["context"]
-    while step < cfg["max_steps"]:
-        loss = _step(model, opt, stream, step, spec, dev)
-        if not math.isfinite(loss):
-            raise TrainingDiverged(f"{name}: loss is {loss} at step {step}; lower language.train.lr")
-        step += 1
-        evaluate = step % cfg["eval_every"] == 0 or step == cfg["max_steps"]
-        val_loss = validation_loss(model, val, dev) if evaluate else None
-        rows.append((step, loss, opt.param_groups[0]["lr"], math.nan if val_loss is None else val_loss))
-        if val_loss is not None:
-            first, elapsed = (state or {}).get("step", 0), time.perf_counter() - started
-            log(f"{name}: step {step}/{cfg['max_steps']} loss {loss:.3f} validation {val_loss:.3f} | "
-                f"{progress.tail(step, cfg['max_steps'], elapsed, start=first)}, "
-                f"{(step - first) * tokens_per_step / elapsed:,.0f} tokens/s")
-        if step % cfg["checkpoint_every"] == 0:
-            save_checkpoint(Path(checkpoint_path), fingerprint=fingerprint, model=model.state_dict(),
-                             optimizer=opt.state_dict(), step=step, rows=rows)
-    log(f"{name}: {step} steps in {time.perf_counter() - started:.1f} s")
-    _write_outputs(model, spec, tok, tokens_meta, rows, Path(out_dir), dev, code_digest)
-    Path(checkpoint_path).unlink(missing_ok=True)
+    trainer = LMTrainer(spec, stream, val, model, dev, Path(out_dir), tok, tokens_meta, code_digest)
+    fingerprint = training_loop.fingerprint(spec, tokens_meta, code_digest)
+    training_loop.run(trainer, Path(checkpoint_path), fingerprint, log)
+
+
+class LMTrainer(training_loop.Trainer):
+    """A language model's part of the training loop: windows of the stream, the validation loss
+    every eval_every steps, no early stop."""
+
+    advice = "lower language.train.lr"
+
+    def __init__(self, spec: dict, stream, val: torch.Tensor, model, dev, out_dir: Path, tok, tokens_meta: dict,
+                 code_digest: str):
+        self.spec, self.stream, self.val, self.model, self.dev, self.out_dir = spec, stream, val, model, dev, out_dir
+        self.tok, self.tokens_meta, self.code_digest = tok, tokens_meta, code_digest
+        self.cfg = cfg = spec["train"]
+        self.opt, self.rows = adamw(model, cfg), []
+        self.name = f"language/{spec['name']}/seed{spec['seed']}"
+        self.max_steps, self.checkpoint_every = cfg["max_steps"], cfg["checkpoint_every"]
+        self.log_every = cfg["eval_every"]  # a progress line with each validation loss
+        self.tokens_per_step = cfg["batch_size"] * spec["context"]
+        self.about = (f"{param_count(model):,} parameters on {devices.describe(dev)}, context {spec['context']}, "
+                      f"{len(stream):,} training tokens")
+
+    def step(self, step: int) -> dict[str, float]:
+        self.loss = _step(self.model, self.opt, self.stream, step, self.spec, self.dev)
+        return {self.name: self.loss}
+
+    def record(self, step: int) -> None:
+        done = step + 1
+        evaluate = done % self.cfg["eval_every"] == 0 or done == self.max_steps
+        self.val_loss = validation_loss(self.model, self.val, self.dev) if evaluate else None
+        val_loss = math.nan if self.val_loss is None else self.val_loss
+        self.rows.append((done, self.loss, self.opt.param_groups[0]["lr"], val_loss))
+
+    def status(self) -> str:
+        return f"loss {self.loss:.3f}" + ("" if self.val_loss is None else f" validation {self.val_loss:.3f}")
+
+    def checkpoint(self, steps: int) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "step": steps, "rows": self.rows}
+
+    def restore(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.rows = state["rows"]
+
+    def outputs(self, stopped: str):
+        log_df = pd.DataFrame(self.rows, columns=["step", "loss", "lr", "validation_loss"])
+        final = float(log_df["validation_loss"].dropna().iloc[-1])
+        state = {k: v.cpu() for k, v in self.model.state_dict().items()}
+        checkpoint = {"model_args": self.model.cfg.to_dict(), "state_dict": state, "spec": self.spec,
+                      "tokenizer_sha256": self.tok.sha256, "validation_loss": final}
+        info = {"spec": self.spec, "code_digest": self.code_digest, "tokens": self.tokens_meta,
+                **training_loop.machine(self.dev), "steps": len(log_df), "validation_loss": final}
+        return [(self.out_dir, {"model.pt": checkpoint, "train_log.parquet": log_df, "meta.json": info})]
 
 
 def _step(model, opt, stream, step: int, spec: dict, dev) -> float:
@@ -155,22 +169,6 @@ def micro_batches(batch: int, spec: dict) -> list[slice]:
     tokens = spec["train"].get("micro_batch_tokens")
     size = batch if tokens is None else max(1, tokens // spec["context"])
     return [slice(start, min(start + size, batch)) for start in range(0, batch, size)]
-
-
-def _write_outputs(model, spec, tok, tokens_meta, rows, out_dir: Path, dev, code_digest) -> None:
-    log_df = pd.DataFrame(rows, columns=["step", "loss", "lr", "validation_loss"])
-    final = float(log_df["validation_loss"].dropna().iloc[-1])
-    state = {k: v.cpu() for k, v in model.state_dict().items()}
-    save_tensors(out_dir / "model.pt", {"model_args": model.cfg.to_dict(), "state_dict": state, "spec": spec,
-                                        "tokenizer_sha256": tok.sha256, "validation_loss": final})
-    with atomic_path(out_dir / "train_log.parquet") as tmp:
-        log_df.to_parquet(tmp, index=False)
-    info = {
-        "spec": spec, "code_digest": code_digest, "tokens": tokens_meta, "device": devices.describe(dev),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__},
-        "steps": len(log_df), "validation_loss": final,
-    }
-    write_text(out_dir / "meta.json", canonical_json(info) + "\n")
 
 
 def load(path) -> Transformer:
