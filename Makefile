@@ -8,8 +8,8 @@ CONFIG ?=
 # Its results directory: the file's top-level results_dir, else the default's (results).
 RESULTS ?= $(or $(shell sed -n 's/^results_dir: *\([^ #]*\).*/\1/p' $(or $(CONFIG),config.yaml) 2>/dev/null),results)
 SNAKEMAKE := snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG))  # profiles/default is picked up by itself
-# The runs that write results: a lock left by a killed run is removed first (lengthgen.unlock).
-RUN := PYTHONPATH=src $(PY) -m lengthgen.unlock $(SNAKEMAKE)
+# The runs that write results: a lock left by a killed run is removed first (lengthgen.support.unlock).
+RUN := PYTHONPATH=src $(PY) -m lengthgen.support.unlock $(SNAKEMAKE)
 # Config files are read by lengthgen before Snakemake parses them: a missing file or a YAML error
 # then names the file, line and column (Snakemake's own message names neither).
 CHECK = @PYTHONPATH=src $(PY) -m lengthgen check-config config.yaml $(CONFIG)
@@ -56,7 +56,7 @@ paper: $(VENV)/.installed  ## the paper-scale grid (use a GPU cluster: see READM
 
 replicate: $(VENV)/.installed  ## the default grid on fresh seeds and data, its scorecard beside the default's
 	$(CHECK) config/replicate.yaml
-	PYTHONPATH=src $(PY) -m lengthgen.unlock snakemake --cores $(CORES) --configfile config/replicate.yaml $(FRESH)
+	PYTHONPATH=src $(PY) -m lengthgen.support.unlock snakemake --cores $(CORES) --configfile config/replicate.yaml $(FRESH)
 	PYTHONPATH=src $(PY) -m lengthgen replicate --main results/tables/claims.csv \
 		--other results-replicate/tables/claims.csv --out results-replicate/tables/replication.md
 

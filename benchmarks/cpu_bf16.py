@@ -32,7 +32,7 @@ def _stepper(size: str, dtype: str, steps: int):
     import torch
 
     from lengthgen.language import lm
-    from lengthgen.loop import adamw
+    from lengthgen.training.optim import adamw
 
     n_layer, d_model, n_head, d_ff, vocab, context, batch = SIZES[size]
     model_cfg = dict(n_layer=n_layer, d_model=d_model, n_head=n_head, d_ff=d_ff, dropout=0.0, max_position=1024)

@@ -57,7 +57,7 @@ def smoke_on_both(tmp: Path) -> list[str]:
     import pandas as pd
 
     sys.path.insert(0, str(ROOT / "src"))
-    from lengthgen.claims import heading, verdict
+    from lengthgen.analysis.claims import heading, verdict
 
     runs = {}
     for device in ("cuda", "cpu"):

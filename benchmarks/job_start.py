@@ -1,4 +1,4 @@
-"""Job start: whole `python -m lengthgen` commands, cold against warm (lengthgen.warm).
+"""Job start: whole `python -m lengthgen` commands, cold against warm (lengthgen.support.warm).
 
 Each command runs as a subprocess, as a Snakemake job runs it: cold (the job imports torch
 itself) and warm (the job forks from a warm-start server that has), alternating, median over
@@ -28,7 +28,7 @@ TITLE = "Job start: lengthgen commands cold and warm (warm start)"
 def commands(cfg: dict, tmp: Path) -> dict[str, list[str]]:
     from lengthgen import config as lgconfig
     from lengthgen import datasets
-    from lengthgen.fileio import canonical_json
+    from lengthgen.support.fileio import canonical_json
 
     task = next(t for t in cfg["tasks"] if t["kind"] == "variable_assignment")
     train, test = tmp / "train.parquet", tmp / "test.parquet"
@@ -57,7 +57,7 @@ def run_once(command: list[str], env: dict) -> float:
 
 
 def start_server(tmp: Path):
-    from lengthgen import warm
+    from lengthgen.support import warm
 
     log = tmp / "warm.log"
     handle = warm.start(log, 1)
@@ -68,7 +68,7 @@ def start_server(tmp: Path):
 
 
 def run(opts: Options) -> Section:
-    from lengthgen import warm
+    from lengthgen.support import warm
 
     cfg = default_config()
     saved = dict(os.environ)

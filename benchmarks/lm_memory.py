@@ -37,7 +37,7 @@ def _child(case: str, tokens: int) -> dict:
     import torch.nn.functional as F
 
     from lengthgen.language import lm
-    from lengthgen.loop import adamw
+    from lengthgen.training.optim import adamw
 
     torch.set_num_threads(2)
     spec = lm_spec(PAPER, CONTEXT, tokens // CONTEXT, CONTEXT if case == "micro" else None)

@@ -55,9 +55,10 @@ def _cells(size: str, m: int, device: str, path, **params) -> tuple[list[dict], 
 
 def _steppers(size: str, m: int, dev: torch.device, steps: int, tmp) -> tuple[dict, float]:
     """A run per way of stepping (seconds per step of all M models), and real tokens per model-step."""
-    from lengthgen import stacked, tasks
-    from lengthgen.loop import adamw
-    from lengthgen.train import build_model, load_training_data, optimizer_step, training_batch
+    from lengthgen import tasks
+    from lengthgen.training import stacked
+    from lengthgen.training.optim import adamw
+    from lengthgen.training.train import build_model, load_training_data, optimizer_step, training_batch
 
     cells, _ = _cells(size, m, dev.type, f"{tmp}/{size}.parquet")
     data, meta = load_training_data(f"{tmp}/{size}.parquet", cells[0])
@@ -135,8 +136,8 @@ def to_early_stop(m: int, rounds: int) -> dict:
     in process, so the start of a job (interpreter, imports) is left out of both."""
     import logging
 
-    from lengthgen.stacked import train_stacked
-    from lengthgen.train import train
+    from lengthgen.training.stacked import train_stacked
+    from lengthgen.training.train import train
 
     quiet = logging.getLogger("quiet").debug
     with tempfile.TemporaryDirectory() as tmp:
@@ -168,8 +169,8 @@ def sweep_bound(rounds: int) -> dict:
     import copy
 
     from lengthgen import config as lgconfig
-    from lengthgen import decode
-    from lengthgen.model import ModelConfig, Transformer
+    from lengthgen.evaluation import decode
+    from lengthgen.model.transformer import ModelConfig, Transformer
 
     schema = lgconfig.load_yaml(ROOT / "workflow/schemas/config.schema.yaml")
     out = {}

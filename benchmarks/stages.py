@@ -12,7 +12,7 @@ Generation, per task kind of the embedded default config (its first task of that
               then rows seen in training dropped)
 Evaluation, per task kind and per scheme the default config runs on that task: a model of the
 task's default size with the scheme's options (position head, pointer), random init, saved
-in the checkpoint format lengthgen.evaluate.load_model reads, then evaluate._group_metrics,
+in the checkpoint format lengthgen.evaluation.sweep.load_model reads, then evaluate._group_metrics,
 the autoregressive decoding length_sweep runs, on each test group of the default test set
 (eval batch size), timed per length; and one end-to-end evaluate.length_sweep call per kind
 (load, every group, Parquet write).
@@ -120,10 +120,10 @@ def _mean(total: int, count: int) -> int | float:
 
 def save_random_checkpoint(path: Path, cfg: dict, task: dict, scheme: str, meta: dict) -> None:
     """A model of the task's default size with the scheme's options (encoding, position head,
-    pointer), at random init, in the format lengthgen.evaluate.load_model reads; its cell
+    pointer), at random init, in the format lengthgen.evaluation.sweep.load_model reads; its cell
     carries the scheme options length_sweep decodes with."""
     from lengthgen import config as lgconfig
-    from lengthgen.train import build_model
+    from lengthgen.training.train import build_model
 
     cell = lgconfig.cell_slice(cfg, task["name"], scheme, 0)
     torch.manual_seed(0)
@@ -138,7 +138,7 @@ def save_random_checkpoint(path: Path, cfg: dict, task: dict, scheme: str, meta:
 
 def evaluation(cfg: dict, tmp: Path, test_paths: dict, quick: bool) -> tuple[list[dict], list[dict]]:
     from lengthgen import datasets, tasks
-    from lengthgen.evaluate import _group_metrics, length_sweep, load_model
+    from lengthgen.evaluation.sweep import _group_metrics, length_sweep, load_model
 
     rounds = 1 if quick else 3
     limit = 200 if quick else 500  # examples per test group

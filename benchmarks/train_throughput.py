@@ -45,7 +45,7 @@ PROBE_N = 1024  # fp32 matmul probed between training runs
 
 def build_ours(size: dict, encoding: str):
     from lengthgen.language.loss import next_token_loss
-    from lengthgen.model import ModelConfig, Transformer
+    from lengthgen.model.transformer import ModelConfig, Transformer
 
     cfg = ModelConfig(vocab_size=size["vocab"], n_layer=size["n_layer"], d_model=size["d_model"],
                       n_head=size["n_head"], d_ff=size["d_ff"], encoding=encoding, max_position=MAX_POSITION)
@@ -116,7 +116,7 @@ def make_step(model, loss_fn, size: dict, seed: int = 0):
     tokens = torch.randint(0, v, (b, t), generator=gen)
     targets = torch.randint(0, v, (b, t), generator=gen)
     positions = torch.arange(t).expand(b, t)
-    from lengthgen.loop import adamw
+    from lengthgen.training.optim import adamw
 
     opt = adamw(model, {"lr": 1e-3, "weight_decay": 0.01})  # the pipeline's optimizer, for both models
     model.train()

@@ -207,7 +207,7 @@ def scheme_options(**options) -> dict:
 
 def make_cell(task="tiny", scheme="rope", seed=0, encoding=None, model=None, device="cpu", threads=1,
               options=None, **train):
-    """A cell dict for lengthgen.train.train (shape of lengthgen.config.cell_slice).
+    """A cell dict for lengthgen.training.train.train (shape of lengthgen.config.cell_slice).
 
     Tiny by default: a one-layer model trained for 2 steps; keyword args override train keys;
     `options` adds scheme keys (positions, position_head, gaps, ...).

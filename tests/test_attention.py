@@ -11,10 +11,11 @@ import torch
 import torch.nn.functional as F
 from conftest import TINY_MODEL, error_lines, run_lengthgen, write_dataset
 
-from lengthgen import attention, train
 from lengthgen.config import fill_defaults
-from lengthgen.errors import UserError
-from lengthgen.model import CausalSelfAttention, ModelConfig, Transformer
+from lengthgen.evaluation import attention
+from lengthgen.model.transformer import CausalSelfAttention, ModelConfig, Transformer
+from lengthgen.support.errors import UserError
+from lengthgen.training import train
 
 ENCODINGS = {  # name: encoding, whether the IDs are coupled (repeated, not increasing)
     "none": ("none", False), "ape": ("ape", False), "rope": ("rope", False), "alibi": ("alibi", False),
@@ -178,7 +179,7 @@ def test_a_test_set_of_another_task_is_refused_in_one_line(tmp_path, tiny_cell, 
 
 
 def test_defaults_come_from_the_schema_and_a_bad_value_names_its_key():
-    from lengthgen import schema as lgschema
+    from lengthgen.support import schema as lgschema
 
     defaults = lgschema.load()["$defs"]["attention"]["properties"]
     assert lgschema.section("attention", {}) == {k: v["default"] for k, v in defaults.items()}
@@ -200,9 +201,9 @@ def test_a_forward_that_drifts_from_the_models_is_refused(tmp_path, tiny_cell, t
 
 
 def test_another_cells_model_is_refused_and_the_table_records_its_cell(tmp_path, tiny_cell, tiny_dataset):
-    from lengthgen import identity
-    from lengthgen.aggregate import sweep_identity
-    from lengthgen.attention_report import aggregate
+    from lengthgen.analysis.aggregate import sweep_identity
+    from lengthgen.analysis.attention import aggregate
+    from lengthgen.support import identity
 
     model = _train(tmp_path, tiny_cell, tiny_dataset, "tiny", "rope")
     own = identity.of_cell(tiny_cell(task="tiny", scheme="rope"))

@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lengthgen import attention_report, claims
-from lengthgen.fileio import write_parquet
-from lengthgen.verdict import verdict_table
+from lengthgen.analysis import attention as attention_report
+from lengthgen.analysis import claims
+from lengthgen.analysis.verdict import verdict_table
+from lengthgen.support.fileio import write_parquet
 
 LENGTHS = (12, 96)
 STATS = {"alpha": 0.01, "level": 0.95, "n_boot": 200, "n_perm": 2000, "seed": 0}
@@ -136,7 +137,7 @@ def test_diff_matches_attention_rows_on_layer_head_and_metric():
     layer, head and metric too, so one moved value is one moved cell."""
     import io
 
-    from lengthgen.diff import moved_cells
+    from lengthgen.analysis.diff import moved_cells
 
     head = "task,scheme,seed,length,k,depth,layer,head,metric,value\n"
     old = head + "t,rope,0,12,1,,0,0,mass,0.5\nt,rope,0,12,1,,0,1,mass,0.4\nt,rope,0,12,1,,,,chance,0.1\n"

@@ -112,7 +112,7 @@ def test_bad_config(tmp_path, schema, override, needle):
     """Each case as the Snakefile reads a --configfile (lengthgen.config.load_run_config, under
     config.yaml): one UserError naming the key and the file that set it."""
     from lengthgen import config
-    from lengthgen.errors import UserError
+    from lengthgen.support.errors import UserError
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(override))
@@ -184,7 +184,7 @@ CROSS_KEY_CASES = [
 @pytest.mark.parametrize("override,start", [c[1:] for c in CROSS_KEY_CASES], ids=[c[0] for c in CROSS_KEY_CASES])
 def test_cross_key_config_errors_name_their_key(override, start):
     from lengthgen import config
-    from lengthgen.errors import UserError
+    from lengthgen.support.errors import UserError
 
     root = Path(__file__).resolve().parents[1]
     schema = config.load_yaml(root / "workflow/schemas/config.schema.yaml")
@@ -236,7 +236,7 @@ def test_train_on_corrupted_parquet(tmp_path, tiny_cell):
 
 
 def test_sweep_with_model_of_another_task(tmp_path, tiny_cell, write_sparse_parity):
-    from lengthgen.train import train
+    from lengthgen.training.train import train
 
     a = write_sparse_parity("task_a")
     b = write_sparse_parity("task_b")

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lengthgen import stats
-from lengthgen.claims import (
+from lengthgen.analysis import stats
+from lengthgen.analysis.claims import (
     coupling_checks,
     fitted,
     language_checks,
@@ -529,7 +529,7 @@ WORDS = {  # by which results occur among a claim's verdict rows
 
 @pytest.mark.parametrize("outcomes", [c for n in (1, 2, 3) for c in itertools.combinations_with_replacement(ORDER, n)])
 def test_claim_words_follow_the_rule_on_every_combination_of_rows(outcomes):
-    from lengthgen.claims import claim_word
+    from lengthgen.analysis.claims import claim_word
 
     expected = WORDS[tuple(r for r in ORDER if r in outcomes)]
     assert claim_word(outcomes) == expected
@@ -552,7 +552,7 @@ def test_a_claim_over_two_experiments_names_each(e2, e3, word):
 
 
 def test_sparse_parity_figure_leaves_out_the_models_the_scorecard_leaves_out(tmp_path, monkeypatch):
-    from lengthgen import figures
+    from lengthgen.reporting import figures
 
     df = sweep({(1, 10): 1.0, (2, 10): 1.0, (1, 80): 0.9, (2, 80): 0.7}, seeds=range(2))
     df.loc[(df["task"] == "t_k2") & (df["seed"] == 1), "accuracy"] = 0.5  # at chance: unfit
@@ -570,7 +570,7 @@ CLAIMS_CFG = {"sparsity": SPARSITY, "stats": ST}
 
 
 def test_power_is_high_for_a_clear_trend_and_nil_for_none():
-    from lengthgen import power
+    from lengthgen.analysis import power
 
     clear = pd.DataFrame({"scheme": "rope", "task": "t", "seed": [0, 1, 2, 3, 4, 5], "k": [1, 1, 2, 2, 3, 3],
                           "accuracy": [1.0, 0.98, 0.8, 0.82, 0.6, 0.62]})
@@ -580,7 +580,7 @@ def test_power_is_high_for_a_clear_trend_and_nil_for_none():
 
 
 def test_power_of_mixture_models_draws_whole_models():
-    from lengthgen import power
+    from lengthgen.analysis import power
 
     points = mixture_sweep({1: 0.8, 2: 0.7, 3: 0.6, 4: 0.5})
     points = points[points["length"] > 10].groupby(["scheme", "task", "seed", "k"], as_index=False)["accuracy"].mean()
@@ -594,7 +594,7 @@ def test_power_draws_from_the_points_the_scorecard_tests():
     and the two runs pooled hold both runs' points."""
     from conftest import REPO
 
-    from lengthgen import power
+    from lengthgen.analysis import power
 
     counts = []
     for run in ("results", "results-replicate"):
@@ -611,7 +611,7 @@ def test_power_draws_from_the_points_the_scorecard_tests():
 def test_claim1_points_of_models_with_the_same_accuracies_are_tied():
     """Summed in another order the two means differ in the last bit (0.1 + 0.2 + 0.3 against
     0.3 + 0.2 + 0.1); a broken tie would move Spearman's rho."""
-    from lengthgen.claims import claim1_points
+    from lengthgen.analysis.claims import claim1_points
 
     rows = [("t", "rope", seed, 1, n, acc) for seed, accs in ((0, (1.0, 0.1, 0.2, 0.3)), (1, (1.0, 0.3, 0.2, 0.1)))
             for n, acc in zip((10, 20, 40, 80), accs, strict=True)]

@@ -9,7 +9,7 @@ import pytest
 from conftest import VENV_BIN, error_lines, run_lengthgen, run_snakemake
 
 from lengthgen import config
-from lengthgen.errors import UserError
+from lengthgen.support.errors import UserError
 
 
 def test_a_yaml_syntax_error_names_the_file_line_and_column(tmp_path):

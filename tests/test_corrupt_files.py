@@ -15,8 +15,8 @@ import torch
 from conftest import run_lengthgen
 from test_bad_input import assert_one_line_error, temp_files
 
-from lengthgen import fileio
-from lengthgen.errors import CorruptIntermediate, WriteFailed
+from lengthgen.support import fileio
+from lengthgen.support.errors import CorruptIntermediate, WriteFailed
 
 EVAL = json.dumps({"device": "cpu", "threads": 1, "batch_size": 100})
 # The pages made from the tables, which a rebuild of a table removes first (--stale).
@@ -258,7 +258,7 @@ def test_replicate_of_a_damaged_scorecard_names_it_and_the_line(tmp_path, damage
 
 @pytest.mark.parametrize("damage", DAMAGE)
 def test_verdict_of_a_damaged_scorecard_names_it_and_the_line(tmp_path, damage, capsys):
-    from lengthgen.verdict import main
+    from lengthgen.analysis.verdict import main
 
     raw, words = DAMAGE[damage]
     bad = tmp_path / "claims.csv"
@@ -273,7 +273,7 @@ def test_a_checkpoint_on_a_full_disk_names_the_checkpoint(tmp_path, monkeypatch)
     save_tensors serializes in memory, so the write's OSError names the checkpoint."""
     import pathlib
 
-    from lengthgen.loop import save_tensors
+    from lengthgen.training.optim import save_tensors
 
     def full(self, data):
         raise OSError(errno.ENOSPC, "No space left on device")

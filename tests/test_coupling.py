@@ -6,10 +6,14 @@ import pytest
 import torch
 from conftest import make_cell, scheme_options
 
-from lengthgen import datasets, decode, evaluate, positions, train
-from lengthgen.model import ModelConfig, Transformer
+from lengthgen import datasets
+from lengthgen.evaluation import decode
+from lengthgen.evaluation import sweep as evaluate
+from lengthgen.model import positions
+from lengthgen.model.transformer import ModelConfig, Transformer
 from lengthgen.tasks import scratchpad_parity as sp
 from lengthgen.tasks import variable_assignment as va
+from lengthgen.training import train
 
 VA_PARAMS = {"n_min": 2, "n_max": 4, "depth_min": 1, "depth_max": 2, "distractor_depth_max": 2,
              "variables": 8, "answer_format": "chain"}

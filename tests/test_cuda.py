@@ -18,8 +18,8 @@ def dataset(tmp_path, schema):
 
 
 def test_a_cell_trains_and_sweeps_on_cuda(tmp_path, dataset):
-    from lengthgen.evaluate import length_sweep
-    from lengthgen.train import train
+    from lengthgen.evaluation.sweep import length_sweep
+    from lengthgen.training.train import train
 
     cell = make_cell(device="cuda", max_steps=30, batch_size=32)
     train(cell, dataset["train"], tmp_path / "run", tmp_path / "last.pt", log=lambda *_: None)
@@ -32,8 +32,8 @@ def test_a_cell_trains_and_sweeps_on_cuda(tmp_path, dataset):
 
 
 def test_a_stacked_block_trains_on_cuda_as_its_models_do_alone(tmp_path, dataset):
-    from lengthgen.stacked import train_stacked
-    from lengthgen.train import train
+    from lengthgen.training.stacked import train_stacked
+    from lengthgen.training.train import train
 
     cells = [make_cell(device="cuda", seed=s, max_steps=20, batch_size=32) for s in (0, 1, 2)]
     train(cells[1], dataset["train"], tmp_path / "alone", tmp_path / "a.pt", log=lambda *_: None)

@@ -12,7 +12,7 @@ import pytest
 from conftest import data_slice, sparse_parity_task
 
 from lengthgen import datasets
-from lengthgen.errors import UserError
+from lengthgen.support.errors import UserError
 from lengthgen.tasks import sparse_parity
 
 EXPECTED_TYPES = {

@@ -7,8 +7,8 @@ import sys
 import pytest
 import torch
 
-from lengthgen import device
-from lengthgen.errors import UserError
+from lengthgen.support import device
+from lengthgen.support.errors import UserError
 
 
 def test_claims_distinct_gpus_and_frees_them_on_close(tmp_path):
@@ -42,7 +42,7 @@ def test_gpus_are_shared_by_gpu_jobs_after_each_has_one(tmp_path, monkeypatch):
 @pytest.mark.subprocess
 def test_claim_is_held_across_processes(tmp_path, repo):
     index, handle = device.claim_gpu(2, tmp_path)
-    code = ("from pathlib import Path; from lengthgen.device import claim_gpu; "
+    code = ("from pathlib import Path; from lengthgen.support.device import claim_gpu; "
             f"print(claim_gpu(2, Path({str(tmp_path)!r}))[0])")
     env = {**os.environ, "PYTHONPATH": str(repo / "src")}
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)

@@ -72,7 +72,7 @@ def test_language_tables_match_rows_on_model_method_positions_and_k():
 
     import pandas as pd
 
-    from lengthgen.diff import moved_cells
+    from lengthgen.analysis.diff import moved_cells
 
     head = "model,method,positions,k,loss_mean\n"
     old = head + "long,greedy,true,1,5.17\nlong,random,true,1,5.52\nshort,greedy,shared,1,5.03\n"
@@ -117,7 +117,7 @@ def test_a_broken_provenance_record_is_one_line(repo, history, text, expected):
 
 
 def test_an_entry_one_record_lacks_is_named_as_not_recorded(tmp_path, monkeypatch):
-    from lengthgen import diff
+    from lengthgen.analysis import diff
 
     record = tmp_path / "provenance.json"
     record.write_text('{"devices": ["cpu (1 threads, AVX512)"], "torch": "2.13.0+cpu"}')

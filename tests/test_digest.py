@@ -1,4 +1,4 @@
-"""lengthgen.digest: what a stage's code digest follows, without running Snakemake."""
+"""lengthgen.support.digest: what a stage's code digest follows, without running Snakemake."""
 
 import os
 import re
@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from lengthgen import digest
+from lengthgen.support import digest
 
 SOURCE = textwrap.dedent('''
     """A module."""
@@ -47,12 +47,12 @@ def test_a_function_left_with_only_its_docstring_keeps_its_body(tmp_path):
 
 
 def test_stage_files_follow_imports_and_leave_out_the_command_line_shim():
-    train = {p.name for p in digest.stage_files("lengthgen.train")}
-    assert {"train.py", "model.py", "datasets.py"} <= train
+    train = {p.name for p in digest.stage_files("lengthgen.training.train")}
+    assert {"train.py", "transformer.py", "datasets.py"} <= train
     assert not {"cli.py", "__main__.py", "decode.py", "claims.py"} & train
-    sweep = {p.name for p in digest.stage_files("lengthgen.evaluate")}
+    sweep = {p.name for p in digest.stage_files("lengthgen.evaluation.sweep")}
     assert "decode.py" in sweep and "train.py" not in sweep  # sweeps do not rerun for a training edit
-    claims = {p.name for p in digest.stage_files("lengthgen.scorecard")}
+    claims = {p.name for p in digest.stage_files("lengthgen.analysis.scorecard")}
     assert {"scorecard.py", "claims.py", "stats.py"} <= claims and "cli.py" not in claims
 
 
@@ -67,14 +67,14 @@ def _stages() -> dict[str, str]:
 # and Snakemake reruns what follows them (tests/test_workflow.py checks that end to end for a
 # few of these files).
 @pytest.mark.parametrize(("relpath", "expected"), [
-    ("train.py", {"train", "train_stack"}),
-    ("attention.py", {"attention"}),
+    ("training/train.py", {"train", "train_stack"}),
+    ("evaluation/attention.py", {"attention"}),
     ("language/attention.py", {"language_attention"}),
-    ("attention_report.py", {"attention_report", "claims"}),
+    ("analysis/attention.py", {"attention_report", "claims"}),
     ("language/influence.py", {"influence", "language_attention"}),
     ("language/report.py", {"language_report"}),
     ("language/scores.py", {"language_scores", "claims"}),
-    ("figures.py", {"figures"}),
+    ("reporting/figures.py", {"figures"}),
     ("tasks/sparse_parity.py", {"data", "train", "train_stack", "evaluate", "attention"}),
 ])
 def test_an_edit_changes_exactly_the_digests_of_the_stages_that_import_it(relpath, expected):
@@ -91,8 +91,8 @@ def test_editing_or_adding_a_task_leaves_the_other_tasks_digests(tmp_path):
     sparse-parity cell's digests as they were; an edit of sparse_parity.py changes them."""
     package = tmp_path / "lengthgen"
     shutil.copytree(digest.PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
-    code = ("import sys; from lengthgen.digest import stage_digest; "
-            "print(*(stage_digest(m, k) for m in ('lengthgen.datasets', 'lengthgen.train') "
+    code = ("import sys; from lengthgen.support.digest import stage_digest; "
+            "print(*(stage_digest(m, k) for m in ('lengthgen.datasets', 'lengthgen.training.train') "
             "for k in ('sparse_parity', 'needle')))")
 
     def digests():

@@ -3,8 +3,8 @@ generated block in README.md and docs/ is what its generator makes of them now."
 
 import pytest
 
-from lengthgen import docblocks
-from lengthgen.errors import UserError
+from lengthgen.reporting import docblocks
+from lengthgen.support.errors import UserError
 
 DOCS = ["docs/results.md", "docs/protocol.md", "docs/performance.md", "docs/design.md"]
 
@@ -12,7 +12,7 @@ DOCS = ["docs/results.md", "docs/protocol.md", "docs/performance.md", "docs/desi
 @pytest.mark.parametrize("name", DOCS)
 def test_generated_blocks_match_the_committed_tables(repo, name):
     text = (repo / name).read_text()
-    assert docblocks.render(text, repo) == text, f"{name}: run python -m lengthgen.docblocks {name}"
+    assert docblocks.render(text, repo) == text, f"{name}: run python -m lengthgen.reporting.docblocks {name}"
 
 
 def test_results_md_quotes_the_default_and_the_replicate_from_blocks(repo):

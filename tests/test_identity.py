@@ -23,9 +23,9 @@ from conftest import PYTHON, REPO, VENV_BIN, copy_workflow, error_lines, run_len
 from test_bad_input import assert_one_line_error, temp_files
 
 from lengthgen import config as lgconfig
-from lengthgen import identity, warm
-from lengthgen.errors import UserError
-from lengthgen.unlock import is_job, live_processes
+from lengthgen.support import identity, warm
+from lengthgen.support.errors import UserError
+from lengthgen.support.unlock import is_job, live_processes
 
 EVAL = json.dumps({"device": "cpu", "threads": 1, "batch_size": 100})
 
@@ -36,7 +36,7 @@ EVAL = json.dumps({"device": "cpu", "threads": 1, "batch_size": 100})
 @pytest.fixture
 def two_cells(tmp_path, tiny_cell, tiny_dataset):
     """Two trained cells of one task, nope seed 0 and alibi seed 1: {name: (cell, model path)}."""
-    from lengthgen.train import train
+    from lengthgen.training.train import train
 
     out = {}
     for scheme, seed in (("nope", 0), ("alibi", 1)):
@@ -73,7 +73,7 @@ def test_sweep_of_the_cell_under_another_config_stops(tmp_path, tiny_cell, two_c
 
 
 def test_sweep_of_its_own_cell_records_the_identity(tmp_path, two_cells, tiny_dataset):
-    from lengthgen.aggregate import sweep_identity
+    from lengthgen.analysis.aggregate import sweep_identity
 
     cell, model = two_cells["nope"]
     out = tmp_path / "sweep.parquet"
@@ -93,7 +93,7 @@ def test_a_malformed_identity_is_refused_by_argparse(tmp_path, two_cells, tiny_d
 @pytest.fixture
 def sweeps(tmp_path, two_cells, tiny_dataset):
     """Each cell's sweep at its own path: {scheme: (token, sweep path)}."""
-    from lengthgen.evaluate import length_sweep
+    from lengthgen.evaluation.sweep import length_sweep
 
     out = {}
     for scheme, (cell, model) in two_cells.items():
@@ -260,7 +260,7 @@ def _alive(pid: int) -> bool:
 
 def _start_server(tmp_path, tmp: Path) -> tuple[subprocess.Popen, int, Path]:
     """A process that starts a warm-start server in TMPDIR `tmp`, as Snakemake's onstart does, and waits."""
-    code = (f"import sys, time; sys.path.insert(0, {str(REPO / 'src')!r}); from lengthgen import warm; "
+    code = (f"import sys, time; sys.path.insert(0, {str(REPO / 'src')!r}); from lengthgen.support import warm; "
             f"server, directory = warm.start({str(tmp_path / 'warm.log')!r}, 1); "
             "print(server.pid, directory, flush=True); time.sleep(600)")
     run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True,
@@ -335,7 +335,7 @@ SNAKEMAKE = [str(VENV_BIN / "snakemake"), "--configfile", "tiny.yaml"]
 def _snakemake(workdir, *args, cores=2, env=None, unlock=False) -> subprocess.CompletedProcess:
     """A run of the tiny grid; a run that a fault is to stop runs one job at a time (cores=1),
     so that one job meets it."""
-    command = [*([PYTHON, "-m", "lengthgen.unlock"] if unlock else []), *SNAKEMAKE, f"-c{cores}", *args]
+    command = [*([PYTHON, "-m", "lengthgen.support.unlock"] if unlock else []), *SNAKEMAKE, f"-c{cores}", *args]
     return subprocess.run(command, cwd=workdir, env=env or venv_env(PYTHONPATH=str(workdir / "src")), text=True,
                           capture_output=True, timeout=600)
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lengthgen.language import influence, lm, report
-from lengthgen.model import ModelConfig, Transformer
+from lengthgen.model.transformer import ModelConfig, Transformer
 
 T_LONG, T_SHORT = 12, 4  # a distant window of 8 tokens
 
@@ -197,7 +197,7 @@ def test_language_seeds_take_the_seed_offset_and_the_old_key_is_named():
     from pathlib import Path
 
     from lengthgen import config
-    from lengthgen.errors import UserError
+    from lengthgen.support.errors import UserError
 
     root = Path(__file__).resolve().parents[1]
     schema = config.load_yaml(root / "workflow/schemas/config.schema.yaml")

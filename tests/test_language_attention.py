@@ -9,7 +9,7 @@ import torch
 
 from lengthgen.language import influence
 from lengthgen.language.attention import jaccard_chance, measure, row_measures
-from lengthgen.model import ModelConfig, Transformer
+from lengthgen.model.transformer import ModelConfig, Transformer
 
 
 def test_row_measures_by_hand():

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lengthgen import schema as lgschema
-from lengthgen.errors import UserError
 from lengthgen.language import corpus, tokenizer
+from lengthgen.support import schema as lgschema
+from lengthgen.support.errors import UserError
 
 TEXT_A = "To be, or not to be: that is the question.\nWhether 'tis nobler in the mind to suffer\n"
 TEXT_B = "Tomorrow, and tomorrow, and tomorrow,\nCreeps in this petty pace from day to day.\n"

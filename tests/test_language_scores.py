@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from lengthgen.claims import language_checks
-from lengthgen.errors import UserError
+from lengthgen.analysis.claims import language_checks
 from lengthgen.language import scores
+from lengthgen.support.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 

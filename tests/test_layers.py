@@ -13,20 +13,20 @@ PACKAGE = REPO / "src/lengthgen"
 
 LAYERS = {
     # support: no lengthgen imports beyond each other
-    "support": {"errors", "fileio", "identity", "progress", "device", "markdown", "digest", "unlock", "schema"},
+    "support": {"support"},
     "tasks": {"tasks", "datasets", "config"},
-    "model": {"model", "positions", "loop", "training_loop"},
-    "stages": {"train", "stacked", "evaluate", "decode", "attention", "language"},
-    "analysis": {"aggregate", "stats", "claims", "scale", "attention_report", "scorecard", "power", "replicate",
-                 "verdict", "diff", "report", "figures", "docblocks", "language.scores", "language.report"},
+    "model": {"model"},
+    "stages": {"training", "evaluation", "language"},
+    "analysis": {"analysis", "reporting", "language.scores", "language.report"},
     # entry points (the warm server runs the command line): may import anything
-    "entry": {"cli", "__main__", "__init__", "notebook", "warm"},
+    "entry": {"cli", "__main__", "__init__", "notebook", "support.warm"},
 }
 ORDER = ["support", "tasks", "model", "stages", "analysis", "entry"]
 
 
 def layer_of(module: str) -> str:
-    for name in (module, module.split(".")[0]):  # a listed submodule first, then its package
+    parts = module.split(".")
+    for name in (".".join(parts[:i]) for i in range(len(parts), 0, -1)):  # the longest listed prefix
         for layer, names in LAYERS.items():
             if name in names:
                 return layer
@@ -73,6 +73,25 @@ def test_imports_point_down_the_layers(path):
 
 def test_the_check_catches_an_analysis_module_that_imports_training(tmp_path):
     bad = tmp_path / "claims.py"
-    bad.write_text("from lengthgen import train\nfrom lengthgen.model import Transformer\n")
+    bad.write_text("from lengthgen.training import train\nfrom lengthgen.model.transformer import Transformer\n")
     found = imports(bad)
-    assert found == {"train", "model"} and {layer_of(t) for t in found} == {"stages", "model"}
+    assert found == {"training.train", "model.transformer"} and {layer_of(t) for t in found} == {"stages", "model"}
+
+
+# The parts of a transformer forward: a module that reaches for them writes its own forward.
+FORWARD_PARTS = {"scaled_dot_product_attention", "blocks", "heads", "written_out", "ln1", "ln2", "ln_f"}
+
+
+def forward_parts(source: str) -> set[str]:
+    return {n.attr for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Attribute)} & FORWARD_PARTS
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if not module_name(p).startswith("model.")], ids=module_name)
+def test_no_module_outside_model_writes_a_transformer_forward(path):
+    assert not forward_parts(path.read_text()), f"{module_name(path)} reaches into the model's blocks"
+
+
+def test_the_check_catches_a_forward_written_out_elsewhere():
+    hand_written = ("def last_attention(model, x, ids):\n    for block in model.blocks:\n"
+                    "        q, k, _ = block.attn.heads(block.ln1(x), ids)\n        x = block(x, ids)\n")
+    assert forward_parts(hand_written) == {"blocks", "heads", "ln1"}

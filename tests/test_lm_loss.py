@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from lengthgen.language import lm, loss
-from lengthgen.loop import adamw
+from lengthgen.training.optim import adamw
 
 
 def _problem(n=300, c=16, v=50, seed=0):

@@ -28,7 +28,7 @@ def test_make_alone_lists_every_documented_target(repo):
 def test_runs_that_write_results_clear_a_stale_lock_first(repo):
     dry = subprocess.run(["make", "-n", "run", "paper"], cwd=repo, capture_output=True, text=True).stdout
     runs = [line for line in dry.splitlines() if " --cores " in line]
-    assert len(runs) == 2 and all("-m lengthgen.unlock snakemake --cores" in line for line in runs), dry
+    assert len(runs) == 2 and all("-m lengthgen.support.unlock snakemake --cores" in line for line in runs), dry
 
 
 @pytest.mark.parametrize(("config", "results"), [(None, "results"), ("config/smoke.yaml", "results-smoke"),

@@ -1,6 +1,6 @@
 """The markdown table writer every table of the project goes through."""
 
-from lengthgen import markdown
+from lengthgen.support import markdown
 
 
 def test_a_table_is_its_header_a_rule_and_one_line_per_row():

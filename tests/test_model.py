@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lengthgen.model import (
+from lengthgen.model.transformer import (
     ENCODINGS,
     ModelConfig,
     Transformer,

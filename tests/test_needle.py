@@ -15,7 +15,7 @@ from conftest import REPO, run_lengthgen, write_dataset
 
 from lengthgen import config as lgconfig
 from lengthgen import datasets, tasks
-from lengthgen.errors import UserError
+from lengthgen.support.errors import UserError
 from lengthgen.tasks import needle as nd
 
 BOS, SEP, QUERY, DIGIT = 1, 2, 3, 4

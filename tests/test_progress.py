@@ -2,8 +2,8 @@
 
 import re
 
-from lengthgen import progress
-from lengthgen.train import train
+from lengthgen.support import progress
+from lengthgen.training.train import train
 
 
 def test_tail_gives_elapsed_rate_and_eta():

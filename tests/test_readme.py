@@ -8,8 +8,8 @@ import subprocess
 import pytest
 from conftest import PYTHON, venv_env
 
-from lengthgen.verdict import main as verdict_main
-from lengthgen.verdict import verdict_table
+from lengthgen.analysis.verdict import main as verdict_main
+from lengthgen.analysis.verdict import verdict_table
 
 DOCS = ("README.md", "docs/protocol.md", "docs/results.md", "docs/performance.md", "docs/design.md")
 
@@ -29,7 +29,7 @@ def test_readme_verdict_is_the_committed_scorecard(repo):
     assert block, "README lacks the verdict block"
     assert block.group(1) == verdict_table(_claims(repo)), (
         "README's verdict table is stale; regenerate it with "
-        "`PYTHONPATH=src python -m lengthgen.verdict results/tables/claims.csv --readme README.md`")
+        "`PYTHONPATH=src python -m lengthgen.analysis.verdict results/tables/claims.csv --readme README.md`")
 
 
 def test_verdict_counts_every_result_a_scorecard_holds():
@@ -53,7 +53,7 @@ def test_verdict_refuses_a_file_that_is_no_scorecard_in_one_line(tmp_path, capsy
 
 @pytest.mark.subprocess
 def test_verdict_command_prints_the_table(repo):
-    out = subprocess.run([PYTHON, "-m", "lengthgen.verdict", "results/tables/claims.csv"], cwd=repo,
+    out = subprocess.run([PYTHON, "-m", "lengthgen.analysis.verdict", "results/tables/claims.csv"], cwd=repo,
                          env=venv_env(PYTHONPATH=str(repo / "src")), capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout == verdict_table(_claims(repo))
 

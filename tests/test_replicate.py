@@ -4,9 +4,9 @@ differing verdict named, descriptive rows left out."""
 import pandas as pd
 import pytest
 
-from lengthgen import replicate
-from lengthgen.claims import COLUMNS
-from lengthgen.errors import UserError
+from lengthgen.analysis import replicate
+from lengthgen.analysis.claims import COLUMNS
+from lengthgen.support.errors import UserError
 
 
 def card(path, rows):

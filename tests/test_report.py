@@ -1,4 +1,4 @@
-"""The report's own pages (lengthgen.report): the scorecard and the summary as HTML tables with
+"""The report's own pages (lengthgen.reporting.html): the scorecard and the summary as HTML tables with
 their verdicts coloured, the run's configuration and provenance; a bad input ends in one line."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import error_lines, run_lengthgen
 
-from lengthgen import report
+from lengthgen.reporting import html as report
 
 CLAIMS = """\
 claim,check,value,ci_low,ci_high,p,n,threshold,result,detail
@@ -60,7 +60,7 @@ def parse(html: str) -> Tables:
 
 
 def test_scorecard_is_a_table_with_every_row_and_a_coloured_verdict(tmp_path):
-    from lengthgen.claims import verdict
+    from lengthgen.analysis.claims import verdict
 
     (tmp_path / "claims.csv").write_text(CLAIMS)
     page = parse(report.scorecard(tmp_path / "claims.csv"))

@@ -14,7 +14,7 @@ import torch
 from conftest import scheme_options
 
 from lengthgen import datasets
-from lengthgen.fileio import canonical_json
+from lengthgen.support.fileio import canonical_json
 
 CELL = {
     "task": "resume_k2",

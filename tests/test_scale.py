@@ -10,8 +10,8 @@ import pytest
 from conftest import run_snakemake
 from test_claims import ST, mixture_sweep
 
-from lengthgen import scale
-from lengthgen.claims import verdict, write_scorecard
+from lengthgen.analysis import scale
+from lengthgen.analysis.claims import verdict, write_scorecard
 
 SPARSITY = {"min_length_ratio": 8, "fit_min": 0.95, "min_models_per_k": 3, "effect_floor": 0.1}
 SIZES = {"e1_small": "1x32", "e1_mid": "2x64", "e1_large": "4x128"}

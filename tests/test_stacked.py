@@ -19,9 +19,9 @@ from conftest import SMOKE_RESULTS, copy_workflow, make_cell, run_snakemake
 from lengthgen import datasets
 from lengthgen.config import fill_defaults
 from lengthgen.config import seed_blocks as blocks
-from lengthgen.fileio import canonical_json
-from lengthgen.stacked import train_stacked
-from lengthgen.train import train
+from lengthgen.support.fileio import canonical_json
+from lengthgen.training.stacked import train_stacked
+from lengthgen.training.train import train
 
 TASKS = {
     "parity": {"name": "parity", "kind": "sparse_parity", "train_examples": 800,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lengthgen import tasks
-from lengthgen.errors import UserError
+from lengthgen.support.errors import UserError
 from lengthgen.tasks import sparse_parity as sp
 
 BOS, SEP, ZERO, ONE, PZERO, PONE = 1, 2, 3, 4, 5, 6

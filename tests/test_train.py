@@ -5,9 +5,10 @@ import types
 import pytest
 import torch
 
-from lengthgen import loop, train
-from lengthgen.errors import TrainingDiverged
-from lengthgen.model import ModelConfig, Transformer
+from lengthgen.model.transformer import ModelConfig, Transformer
+from lengthgen.support.errors import TrainingDiverged
+from lengthgen.training import optim as loop
+from lengthgen.training import train
 
 
 def test_same_seed_same_model_other_seed_other_model(tmp_path, tiny_cell, tiny_dataset):

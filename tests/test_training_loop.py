@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
-from lengthgen import training_loop
-from lengthgen.errors import TrainingDiverged
+from lengthgen.support.errors import TrainingDiverged
+from lengthgen.training import loop
 
 EARLY_STOP = {"accuracy": 1.0, "loss": 0.5, "patience": 2}
 
 
-class Scripted(training_loop.Trainer):
+class Scripted(loop.Trainer):
     """Step s has loss losses[s] and adds it to a weight (a non-finite one adds nothing); the
     streak counts losses up to 0.5. `die_at`: the step at which the job is killed."""
 
@@ -37,11 +37,11 @@ class Scripted(training_loop.Trainer):
         return {self.name: self.losses[step]}
 
     def record(self, step):
-        self.streak = training_loop.next_streak(self.streak, self.losses[step], 1.0, self.early_stop)
+        self.streak = loop.next_streak(self.streak, self.losses[step], 1.0, self.early_stop)
         self.rows.append((step, self.losses[step]))
 
     def converged(self):
-        return training_loop.patience_met(self.streak, self.early_stop)
+        return loop.patience_met(self.streak, self.early_stop)
 
     def status(self):
         return f"loss {self.rows[-1][1]}"
@@ -62,13 +62,13 @@ class Scripted(training_loop.Trainer):
 @pytest.fixture
 def saved(monkeypatch):
     """The steps of the checkpoints the loop saves."""
-    steps, real = [], training_loop.save_checkpoint
-    monkeypatch.setattr(training_loop, "save_checkpoint", lambda path, **s: (steps.append(s["step"]), real(path, **s)))
+    steps, real = [], loop.save_checkpoint
+    monkeypatch.setattr(loop, "save_checkpoint", lambda path, **s: (steps.append(s["step"]), real(path, **s)))
     return steps
 
 
 def _run(trainer, tmp_path, lines=None, fingerprint="run-a"):
-    training_loop.run(trainer, tmp_path / "ck.pt", fingerprint, (lines if lines is not None else []).append)
+    loop.run(trainer, tmp_path / "ck.pt", fingerprint, (lines if lines is not None else []).append)
     return trainer
 
 
@@ -129,7 +129,7 @@ def test_early_stop_ends_the_run_without_a_checkpoint_at_its_end(tmp_path, saved
 
 
 def test_a_quiet_run_logs_every_so_often_with_its_token_rate(tmp_path, monkeypatch):
-    monkeypatch.setattr(training_loop, "QUIET_S", -1.0)
+    monkeypatch.setattr(loop, "QUIET_S", -1.0)
     trainer = Scripted([1.0] * 3, tmp_path / "out", max_steps=3, log_every=100)
     trainer.tokens_per_step = 64
     lines = []
@@ -141,10 +141,10 @@ def test_a_quiet_run_logs_every_so_often_with_its_token_rate(tmp_path, monkeypat
 def test_write_outputs_writes_each_kind_and_refuses_an_unknown_one(tmp_path):
     frame = pd.DataFrame({"step": [1, 2], "loss": [0.5, math.nan]})
     files = {"a.pt": {"x": torch.ones(2)}, "b.parquet": frame, "c.json": {"b": 1, "a": 2}}
-    training_loop.write_outputs(tmp_path, files)
+    loop.write_outputs(tmp_path, files)
     assert torch.equal(torch.load(tmp_path / "a.pt", weights_only=True)["x"], torch.ones(2))
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "b.parquet"), frame)
     assert (tmp_path / "c.json").read_text() == '{"a":2,"b":1}\n'
     with pytest.raises(ValueError, match="no writer for d.txt"):
-        training_loop.write_outputs(tmp_path, {"d.txt": "text"})
+        loop.write_outputs(tmp_path, {"d.txt": "text"})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "b.parquet", "c.json"]  # no temporary left

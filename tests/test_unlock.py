@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import PYTHON, REPO, VENV_BIN, copy_workflow, venv_env
 
-from lengthgen.unlock import is_job, is_snakemake, live_processes
+from lengthgen.support.unlock import is_job, is_snakemake, live_processes
 
 # One short training cell, no language models: the run lasts long enough to be killed mid-way.
 TINY = {
@@ -32,11 +32,11 @@ def test_snakemake_command_lines_are_recognised():
     assert not is_snakemake(["python", "-m", "lengthgen", "train", "--cell", "{}"])
     assert not is_snakemake(["vim", "Snakefile"])
     assert is_job(["python", "-m", "lengthgen", "train", "--cell", "{}"])
-    assert not is_job(["python", "-m", "lengthgen.unlock", "snakemake"])
+    assert not is_job(["python", "-m", "lengthgen.support.unlock", "snakemake"])
 
 
 def test_configfiles_of_a_command_line_are_resolved(tmp_path):
-    from lengthgen.unlock import configfiles
+    from lengthgen.support.unlock import configfiles
 
     argv = ["python", "snakemake", "--cores", "1", "--configfile", "a.yaml", "b.yaml", "-n", "--configfile=c.yaml"]
     assert configfiles(argv, tmp_path) == {tmp_path / "a.yaml", tmp_path / "b.yaml", tmp_path / "c.yaml"}
@@ -45,7 +45,7 @@ def test_configfiles_of_a_command_line_are_resolved(tmp_path):
 
 def _wrapped(workdir) -> list[str]:
     snakemake = [str(VENV_BIN / "snakemake"), "--cores", "1", "--configfile", "tiny.yaml"]
-    return [PYTHON, "-m", "lengthgen.unlock", *snakemake]
+    return [PYTHON, "-m", "lengthgen.support.unlock", *snakemake]
 
 
 def _run(workdir, command) -> subprocess.CompletedProcess:
@@ -79,7 +79,8 @@ def test_a_killed_run_is_unlocked_and_goes_on_but_a_live_one_is_not(tmp_path):
             f"{workdir.resolve()}; wait for it to end, or stop it first")
         # another configuration (its own results_dir) goes on beside it: here planned, not run
         (workdir / "other.yaml").write_text(yaml.safe_dump({**TINY, "results_dir": "results-other"}))
-        other = _run(workdir, [PYTHON, "-m", "lengthgen.unlock", str(VENV_BIN / "snakemake"), "-n", "--cores", "1",
+        other = _run(workdir, [PYTHON, "-m", "lengthgen.support.unlock", str(VENV_BIN / "snakemake"), "-n",
+                               "--cores", "1",
                                "--configfile", "other.yaml"])
         assert other.returncode == 0, other.stderr
         assert "results-other/runs/lock_k1/nope/seed0/model.pt" in other.stdout + other.stderr
@@ -119,7 +120,7 @@ def test_a_job_the_killed_run_left_running_stops_the_next_run(tmp_path):
     (fake / "__main__.py").write_text("import time\ntime.sleep(60)\n")
     job = subprocess.Popen([PYTHON, "-m", "lengthgen", "train"], cwd=workdir, env=venv_env(PYTHONPATH=str(fake.parent)))
     try:
-        blocked = subprocess.run([PYTHON, "-m", "lengthgen.unlock", "snakemake", "--cores", "1"], cwd=workdir,
+        blocked = subprocess.run([PYTHON, "-m", "lengthgen.support.unlock", "snakemake", "--cores", "1"], cwd=workdir,
                                  env=venv_env(PYTHONPATH=str(REPO / "src")), capture_output=True, text=True)
     finally:
         job.kill()
@@ -134,7 +135,7 @@ def test_a_job_the_killed_run_left_running_stops_the_next_run(tmp_path):
 def test_an_interrupted_run_ends_in_one_line_with_the_child_status(tmp_path):
     """SIGTERM to the wrapper reaches the command it runs; the last line says a rerun resumes."""
     sleeper = [PYTHON, "-c", "import time; print('started', flush=True); time.sleep(60)"]
-    proc = subprocess.Popen([PYTHON, "-m", "lengthgen.unlock", *sleeper], cwd=tmp_path, env=venv_env(
+    proc = subprocess.Popen([PYTHON, "-m", "lengthgen.support.unlock", *sleeper], cwd=tmp_path, env=venv_env(
         PYTHONPATH=str(REPO / "src")), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "started\n"
     proc.send_signal(signal.SIGTERM)

@@ -1,4 +1,4 @@
-"""Warm start (lengthgen.warm): a job forked from the server behaves as the same job run cold:
+"""Warm start (lengthgen.support.warm): a job forked from the server behaves as the same job run cold:
 its streams, exit status and signals; a job started differently runs cold; a job
 killed outright takes its worker with it; the server goes when its parent does."""
 
@@ -12,8 +12,8 @@ import time
 import pytest
 from conftest import PYTHON, REPO, make_cell, sparse_parity_task, venv_env, write_dataset
 
-from lengthgen import warm
-from lengthgen.fileio import canonical_json
+from lengthgen.support import warm
+from lengthgen.support.fileio import canonical_json
 
 EVAL = canonical_json({"device": "cpu", "threads": 1, "batch_size": 8})
 
@@ -113,7 +113,7 @@ def test_a_signalled_job_ends_its_worker(server, tmp_path, long_training, signum
 
 @pytest.mark.subprocess
 def test_the_server_ends_with_its_parent(tmp_path):
-    code = (f"import sys; sys.path.insert(0, {str(REPO / 'src')!r}); from lengthgen import warm; "
+    code = (f"import sys; sys.path.insert(0, {str(REPO / 'src')!r}); from lengthgen.support import warm; "
             f"server, directory = warm.start({str(tmp_path / 'warm.log')!r}, 1); print(server.pid, directory)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env=venv_env(PYTHONPATH=str(REPO / "src")))

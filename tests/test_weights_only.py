@@ -8,10 +8,10 @@ import pytest
 import torch
 from conftest import error_lines, run_lengthgen
 
-from lengthgen import evaluate
-from lengthgen.errors import UserError
+from lengthgen.evaluation import sweep as evaluate
 from lengthgen.language import lm
-from lengthgen.loop import adamw, load_checkpoint, load_tensors, save_checkpoint
+from lengthgen.support.errors import UserError
+from lengthgen.training.optim import adamw, load_checkpoint, load_tensors, save_checkpoint
 
 
 class _RunsCode:
@@ -69,7 +69,7 @@ def test_the_cli_prints_the_refusal_in_one_line(hostile, tmp_path):
 
 
 def test_what_the_pipeline_saves_loads_with_weights_only(tiny_cell, tiny_dataset, tmp_path):
-    from lengthgen.train import train
+    from lengthgen.training.train import train
 
     train(tiny_cell(max_steps=3), tiny_dataset["train"], tmp_path / "out", tmp_path / "c.pt")
     model, saved = evaluate.load_model(tmp_path / "out" / "model.pt", "cpu")

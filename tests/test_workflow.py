@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import SMOKE_RESULTS, VENV_BIN, copy_workflow, run_snakemake, venv_env
 
-from lengthgen.aggregate import read_sweep
+from lengthgen.analysis.aggregate import read_sweep
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
@@ -83,7 +83,7 @@ def test_smoke_tables_are_long_sorted_and_complete(smoke_run):
 
 
 def test_smoke_attention_table_covers_every_cell_and_length(smoke_run):
-    from lengthgen import attention_report
+    from lengthgen.analysis import attention as attention_report
 
     cfg = yaml.safe_load((smoke_run / "config/smoke.yaml").read_text())
     df = attention_report.read(smoke_run / SMOKE_RESULTS / "tables/attention.csv")
@@ -107,7 +107,7 @@ def test_smoke_attention_table_covers_every_cell_and_length(smoke_run):
 
 
 def test_smoke_language_tables_figures_and_claim_3(smoke_run):
-    from lengthgen.claims import language_checks
+    from lengthgen.analysis.claims import language_checks
     from lengthgen.language import scores as language_scores
 
     cfg = yaml.safe_load((smoke_run / "config/smoke.yaml").read_text())["language"]
@@ -141,7 +141,7 @@ def test_smoke_language_tables_figures_and_claim_3(smoke_run):
 
 
 def test_local_jobs_fork_from_the_warm_start_server(smoke_run):
-    """The run's torch jobs ran in forks of one server (lengthgen.warm), and it is gone."""
+    """The run's torch jobs ran in forks of one server (lengthgen.support.warm), and it is gone."""
     log = (smoke_run / ".snakemake/lengthgen-warm.log").read_text()
     ran = re.findall(r": (\S+): worker \d+$", log, flags=re.M)
     assert {"train", "sweep", "train-lm", "score"} <= set(ran), log
@@ -200,11 +200,13 @@ TRAINING = ("train", "length_sweep", "aggregate", "claims", *FIGURES, "provenanc
 @pytest.mark.parametrize(
     ("relpath", "expected"),
     [
-        ("src/lengthgen/model.py", {*TRAINING, "train_lm", "score_influence", "language_scores", "influence_report",
+        ("src/lengthgen/model/transformer.py", {*TRAINING, "train_lm", "score_influence", "language_scores",
+                                                "influence_report",
                                     *LANGUAGE_ATTENTION, "all"}),
-        ("src/lengthgen/claims.py", {"claims", *FIGURES, "report_pages", "all"}),
-        ("src/lengthgen/scorecard.py", {"claims", "report_pages", "all"}),
-        ("src/lengthgen/decode.py", {"length_sweep", "aggregate", "claims", *FIGURES, "report_pages", *ATTENTION,
+        ("src/lengthgen/analysis/claims.py", {"claims", *FIGURES, "report_pages", "all"}),
+        ("src/lengthgen/analysis/scorecard.py", {"claims", "report_pages", "all"}),
+        ("src/lengthgen/evaluation/decode.py", {"length_sweep", "aggregate", "claims", *FIGURES, "report_pages",
+                                                *ATTENTION,
                                      "all"}),
     ],
 )
@@ -256,7 +258,7 @@ def test_ctrl_c_ends_in_one_line_and_a_rerun_gives_a_clean_run_s_tables(smoke_ru
     too: a committed figure that changes on every run (an unseeded jitter) would show in every
     diff."""
     copy_workflow(tmp_path)
-    command = [str(VENV_BIN / "python"), "-m", "lengthgen.unlock", str(VENV_BIN / "snakemake"), "-c1", *SMOKE]
+    command = [str(VENV_BIN / "python"), "-m", "lengthgen.support.unlock", str(VENV_BIN / "snakemake"), "-c1", *SMOKE]
     proc = subprocess.Popen(command, cwd=tmp_path, env=venv_env(PYTHONPATH=str(tmp_path / "src")),
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -323,7 +325,8 @@ def test_load_model_gives_the_trained_cell_that_scored_the_sweep(smoke_run):
     import torch
 
     import lengthgen
-    from lengthgen import datasets, decode
+    from lengthgen import datasets
+    from lengthgen.evaluation import decode
 
     results = smoke_run / SMOKE_RESULTS
     model = lengthgen.load_model(results / "runs/smoke_k1/nope/seed0/model.pt")

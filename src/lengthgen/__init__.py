@@ -15,7 +15,7 @@ NOTEBOOK = ("load_model", "load_sweep")  # lengthgen.notebook
 
 def __getattr__(name):
     # Loaded on first use and by name: every stage imports this package, and must neither pay
-    # for pandas and torch here nor have its code digest (lengthgen.digest follows import
+    # for pandas and torch here nor have its code digest (lengthgen.support.digest follows import
     # statements) include the notebook helpers.
     if name in NOTEBOOK:
         import importlib

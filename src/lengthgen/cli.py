@@ -4,7 +4,7 @@ run), and the tools beside them: diff, replicate, check-config and power.
 Each stage reads only the paths it is given and writes only its outputs, all or nothing.
 Errors a user can cause print one line (`lengthgen: error: ...`) and exit with status 2.
 This module only parses arguments and calls one function of the stage's own module, so it is
-in no stage's code digest (lengthgen.digest): what a stage computes lives in that module.
+in no stage's code digest (lengthgen.support.digest): what a stage computes lives in that module.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import signal
 import sys
 
-from lengthgen.errors import UserError
+from lengthgen.support.errors import UserError
 
 
 def _json(text: str):
@@ -25,11 +25,11 @@ def _json(text: str):
 
 
 def _token_type(check: str, what: str):
-    """An argparse type: an identity token (lengthgen.identity), checked for its form by the
+    """An argparse type: an identity token (lengthgen.support.identity), checked for its form by the
     module's function `check`."""
 
     def parse(text: str) -> str:
-        from lengthgen import identity
+        from lengthgen.support import identity
 
         try:
             return getattr(identity, check)(text, what)
@@ -83,14 +83,14 @@ def cmd_generate(a) -> None:
 
 
 def cmd_train(a) -> None:
-    from lengthgen import train
+    from lengthgen.training import train
 
     _require(a.cell, ("task", "scheme", "seed", "scheme_options", "model", "train", "device", "threads"), "--cell")
     train.train(a.cell, a.data, a.out_dir, a.checkpoint, code_digest=a.code_digest, log=_log)
 
 
 def cmd_train_stack(a) -> None:
-    from lengthgen import stacked
+    from lengthgen.training import stacked
 
     if not isinstance(a.cells, list) or not a.cells:
         raise UserError("--cells: expected a JSON list of cells")
@@ -100,14 +100,14 @@ def cmd_train_stack(a) -> None:
 
 
 def cmd_sweep(a) -> None:
-    from lengthgen import evaluate
+    from lengthgen.evaluation import sweep as evaluate
 
     _require(a.eval, ("device", "threads", "batch_size"), "--eval")
     evaluate.length_sweep(a.model, a.data, a.out, a.eval, log=_log, expect=a.expect)
 
 
 def cmd_attention(a) -> None:
-    from lengthgen import attention
+    from lengthgen.evaluation import attention
 
     attention.cell_attention(a.model, a.data, a.out, a.config, log=_log, expect=a.expect)
 
@@ -120,40 +120,40 @@ def cmd_language_attention(a) -> None:
 
 
 def cmd_aggregate_attention(a) -> None:
-    from lengthgen import attention_report
+    from lengthgen.analysis import attention as attention_report
 
     _same_count(a.expect, a.cells, "attention tables")
     attention_report.aggregate(a.cells, a.csv, expected=a.expect, language=a.language, stale=a.stale)
 
 
 def cmd_figure_attention(a) -> None:
-    from lengthgen import attention_report
+    from lengthgen.analysis import attention as attention_report
 
     attention_report.figure(a.csv, a.kinds, a.out)
 
 
 def cmd_aggregate(a) -> None:
-    from lengthgen import aggregate
+    from lengthgen.analysis import aggregate
 
     _same_count(a.expect, a.sweeps, "sweeps")
     aggregate.aggregate(a.sweeps, a.csv, a.md, expected=a.expect, stale=a.stale)
 
 
 def cmd_provenance(a) -> None:
-    from lengthgen import aggregate
+    from lengthgen.analysis import aggregate
 
     aggregate.provenance(a.out, a.meta)
 
 
 def cmd_claims(a) -> None:
-    from lengthgen import scorecard
+    from lengthgen.analysis import scorecard
 
     scorecard.build(a.sweep_csv, a.sparse_tasks, a.train_max, a.config, a.coupling, a.language_scores, a.attention,
                     a.csv, a.md, log=_log, scale=a.scale, needle=a.needle)
 
 
 def cmd_figure(a) -> None:
-    from lengthgen import figures
+    from lengthgen.reporting import figures
 
     if a.kind == "scale":
         if a.sizes is None or a.claims is None:
@@ -179,7 +179,7 @@ def cmd_figure(a) -> None:
 
 
 def cmd_report_pages(a) -> None:
-    from lengthgen import report
+    from lengthgen.reporting import html as report
 
     out = {"scorecard": a.scorecard_html, "summary": a.summary_html, "run": a.run_html, "config": a.config_yaml}
     report.write_pages(a.claims, a.summary, a.provenance, a.config, out)
@@ -219,8 +219,8 @@ def cmd_train_lm(a) -> None:
 
 
 def cmd_score(a) -> None:
-    from lengthgen import identity
     from lengthgen.language import influence
+    from lengthgen.support import identity
 
     expect = {identity.key(t).removeprefix("language/"): t for t in a.expect} if a.expect else None
     influence.run(a.config, a.long, dict(a.short), a.tokenizer, a.tokens, a.out, log=_log, expect=expect)
@@ -242,13 +242,13 @@ def cmd_language_scores(a) -> None:
 
 
 def cmd_diff(a) -> int:
-    from lengthgen import diff
+    from lengthgen.analysis import diff
 
     return diff.diff_tables(a.rev, a.tables, a.tolerance)
 
 
 def cmd_replicate(a) -> int:
-    from lengthgen import replicate
+    from lengthgen.analysis import replicate
 
     return 0 if replicate.run(a.main, a.other, a.out, tuple(a.names)) else 1
 
@@ -260,7 +260,7 @@ def cmd_check_config(a) -> None:
 
 
 def cmd_power(a) -> None:
-    from lengthgen import power
+    from lengthgen.analysis import power
 
     points, cfg = power.observed_points(a.results)
     table = power.table(points, a.models, cfg, n_sim=a.simulations)
@@ -502,6 +502,6 @@ def main(argv=None) -> int:
         print(f"lengthgen: error: {err.filename}: {err.strerror}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line in the job's log, not a traceback
-        from lengthgen.warm import interrupted
+        from lengthgen.support.warm import interrupted
 
         return interrupted(signal.SIGINT)

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import yaml
 
-from lengthgen import identity, tasks
-from lengthgen.errors import UserError
-from lengthgen.schema import check as _check
-from lengthgen.schema import fill_defaults
+from lengthgen import tasks
+from lengthgen.support import identity
+from lengthgen.support.errors import UserError
+from lengthgen.support.schema import check as _check
+from lengthgen.support.schema import fill_defaults
 
 
 def validate(config: dict, schema: dict) -> dict:
@@ -250,7 +251,7 @@ def stack_size(config: dict, task: dict) -> int:
 def seed_blocks(seeds: list[int], size: int) -> list[list[int]]:
     """The jobs of `stack`: seeds in fixed blocks of `size`, in sorted order, so that adding
     larger seeds adds blocks and leaves the full blocks before them as they were. Here, not in
-    lengthgen.stacked: the workflow plans with it, and importing torch would slow every
+    lengthgen.training.stacked: the workflow plans with it, and importing torch would slow every
     Snakemake start (dry runs and no-ops included)."""
     ordered = sorted(seeds)
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
@@ -294,7 +295,7 @@ def cell_slice(config: dict, task_name: str, scheme: str, seed: int) -> dict:
 
 
 def cell_token(config: dict, task_name: str, scheme: str, seed: int) -> str:
-    """The identity a cell's checkpoint and sweep must record (lengthgen.identity)."""
+    """The identity a cell's checkpoint and sweep must record (lengthgen.support.identity)."""
     return identity.of_cell(cell_slice(config, task_name, scheme, seed))
 
 
@@ -318,7 +319,7 @@ def lm_slice(config: dict, name: str, seed: int) -> dict:
 
 
 def lm_token(config: dict, name: str, seed: int) -> str:
-    """The identity a language model's checkpoint must record (lengthgen.identity)."""
+    """The identity a language model's checkpoint must record (lengthgen.support.identity)."""
     return identity.of_lm(lm_slice(config, name, seed))
 
 

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lengthgen import tasks
-from lengthgen.errors import UserError
-from lengthgen.fileio import atomic_path, canonical_json, read_intermediate
+from lengthgen.support.errors import UserError
+from lengthgen.support.fileio import atomic_path, canonical_json, read_intermediate
 
 FORMAT_VERSION = 1
 META_KEY = b"lengthgen"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lengthgen.aggregate import read_sweep
+from lengthgen.analysis.aggregate import read_sweep
 
 
 def load_sweep(results_dir="results"):
@@ -23,7 +23,7 @@ def load_model(path, device="cpu"):
     `model.spec`. Loads tensors and plain data only (torch.load with weights_only=True)."""
     import torch
 
-    from lengthgen.evaluate import load_model as load
+    from lengthgen.evaluation.sweep import load_model as load
 
     model, ckpt = load(path, torch.device(device))
     model.info = {key: value for key, value in ckpt.items() if key not in ("state_dict", "model_args")}

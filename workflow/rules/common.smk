@@ -13,9 +13,9 @@ os.environ.update(PYTHONPATH=SRC)
 
 from lengthgen import config as lgconfig  # noqa: E402
 from lengthgen import tasks as lgtasks  # noqa: E402
-from lengthgen.digest import stage_digest  # noqa: E402
-from lengthgen.errors import UserError  # noqa: E402
-from lengthgen.fileio import canonical_json  # noqa: E402
+from lengthgen.support.digest import stage_digest  # noqa: E402
+from lengthgen.support.errors import UserError  # noqa: E402
+from lengthgen.support.fileio import canonical_json  # noqa: E402
 from snakemake.settings.types import DeploymentMethod  # noqa: E402
 
 
@@ -43,10 +43,10 @@ except UserError as err:
     sys.exit(f"lengthgen: error: {err}")  # one line, no traceback, nothing written
 
 RESULTS = CONFIG["results_dir"]
-# Jobs that may share one GPU (lengthgen.device claims a slot of one); jobs inherit it.
+# Jobs that may share one GPU (lengthgen.support.device claims a slot of one); jobs inherit it.
 os.environ.update(LENGTHGEN_GPU_JOBS=str(CONFIG["gpu_jobs"]))
 # Where a job may remove an intermediate it fails to read, so that a rerun rebuilds it
-# (lengthgen.fileio.read_intermediate); inherited by jobs as PYTHONPATH is.
+# (lengthgen.support.fileio.read_intermediate); inherited by jobs as PYTHONPATH is.
 os.environ.update(LENGTHGEN_RESULTS=os.path.abspath(RESULTS))
 
 
@@ -64,16 +64,16 @@ RUN_CATEGORY = "Configuration and provenance"  # the report's category of the ru
 # the module whose function the stage's subcommand calls (lengthgen.cli only dispatches).
 STAGES = {
     "data": "datasets",
-    "train": "train",
-    "train_stack": "stacked",
-    "evaluate": "evaluate",
-    "attention": "attention",
-    "attention_report": "attention_report",
+    "train": "training.train",
+    "train_stack": "training.stacked",
+    "evaluate": "evaluation.sweep",
+    "attention": "evaluation.attention",
+    "attention_report": "analysis.attention",
     "language_attention": "language.attention",
-    "aggregate": "aggregate",
-    "claims": "scorecard",
-    "report": "report",
-    "figures": "figures",
+    "aggregate": "analysis.aggregate",
+    "claims": "analysis.scorecard",
+    "report": "reporting.html",
+    "figures": "reporting.figures",
     "corpus": "language.corpus",
     "tokenizer": "language.tokenizer",
     "language": "language.lm",
@@ -101,7 +101,7 @@ def train_priority(wildcards):
     return 0.9 * _TRAIN_COST[wildcards.task] / max(_TRAIN_COST.values())
 
 
-# Warm start (lengthgen.warm): a local run's jobs fork from one server that has imported torch.
+# Warm start (lengthgen.support.warm): a local run's jobs fork from one server that has imported torch.
 # Cluster jobs and conda environments run in interpreters of their own, so they start cold.
 WARM = []
 
@@ -109,7 +109,7 @@ WARM = []
 def start_warm():
     uses_conda = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
     if CONFIG["warm_start"] and workflow.local_exec and not uses_conda:
-        from lengthgen import warm
+        from lengthgen.support import warm
 
         handle = warm.start(".snakemake/lengthgen-warm.log", CONFIG["threads"])
         if handle:
@@ -130,7 +130,7 @@ def check_machine():
 
 
 def stop_warm():
-    from lengthgen import warm
+    from lengthgen.support import warm
 
     while WARM:
         warm.stop(*WARM.pop())
@@ -163,13 +163,13 @@ def test_set(wildcards):
 
 
 def cell_token(wildcards):
-    """The identity a cell's checkpoint must record (lengthgen.identity): a model.pt of another
+    """The identity a cell's checkpoint must record (lengthgen.support.identity): a model.pt of another
     cell in this cell's directory would be counted as this one."""
     return lgconfig.cell_token(CONFIG, wildcards.task, wildcards.scheme, int(wildcards.seed))
 
 
 def cell_tokens():
-    """The identity each cell's checkpoint and sweep must record (lengthgen.identity), in the
+    """The identity each cell's checkpoint and sweep must record (lengthgen.support.identity), in the
     order of cells()."""
     return [lgconfig.cell_token(CONFIG, t, s, seed) for t, s, seed in cells()]
 

@@ -18,13 +18,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from lengthgen import device as devices
-from lengthgen import identity
-from lengthgen.errors import UserError
-from lengthgen.fileio import read_intermediate, write_parquet
 from lengthgen.language import lm
 from lengthgen.language import tokenizer as tokenizers
 from lengthgen.language.influence import Contexts
+from lengthgen.support import device as devices
+from lengthgen.support import identity
+from lengthgen.support.errors import UserError
+from lengthgen.support.fileio import read_intermediate, write_parquet
 
 CHUNK = 128  # scored tokens per forward: every layer's (CHUNK, H, T, T) probabilities are held at once
 
@@ -67,7 +67,7 @@ def measure(model, ctx: torch.Tensor, greedy: torch.Tensor, k: int, d: int) -> d
 
 def run(cfg: dict, long_path, scores_path, tokenizer_path, tokens_dir, out, log=print, expect=None) -> None:
     """cfg: T_long, T_short, k (the greedy k compared), seed (the model's), device, threads.
-    `expect`: the long model's identity token (lengthgen.identity); its checkpoint must hold it."""
+    `expect`: the long model's identity token (lengthgen.support.identity); its checkpoint must hold it."""
     dev = devices.resolve(cfg["device"], cfg["threads"])
     tok = tokenizers.load(tokenizer_path)
     stream, _ = tokenizers.load_stream(tokens_dir, "validation", tok.sha256)

@@ -32,9 +32,9 @@ from pathlib import Path, PurePosixPath
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lengthgen import schema
-from lengthgen.errors import UserError
-from lengthgen.fileio import atomic_path, canonical_json, corrupt, read_intermediate
+from lengthgen.support import schema
+from lengthgen.support.errors import UserError
+from lengthgen.support.fileio import atomic_path, canonical_json, corrupt, read_intermediate
 
 FORMAT_VERSION = 1
 META_KEY = b"lengthgen"

@@ -32,12 +32,12 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from lengthgen import device as devices
-from lengthgen import identity, progress
-from lengthgen.errors import UserError
-from lengthgen.fileio import atomic_path
 from lengthgen.language import lm
 from lengthgen.language import tokenizer as tokenizers
+from lengthgen.support import device as devices
+from lengthgen.support import identity, progress
+from lengthgen.support.errors import UserError
+from lengthgen.support.fileio import atomic_path
 
 
 @torch.no_grad()
@@ -276,7 +276,7 @@ def _score_chunk(long_model, short_models, c: Contexts, null: Contexts | None, k
 
 def run(cfg: dict, long_path, short_paths: dict, tokenizer_path, tokens_dir, out, log=print, expect=None) -> None:
     """Score the validation split with the trained models; write the per-token Parquet.
-    `expect`: each model's identity token by name (lengthgen.identity); its checkpoint must hold it."""
+    `expect`: each model's identity token by name (lengthgen.support.identity); its checkpoint must hold it."""
     dev = devices.resolve(cfg["device"], cfg["threads"])
     tok = tokenizers.load(tokenizer_path)
     stream, doc_starts = tokenizers.load_stream(tokens_dir, "validation", tok.sha256)

@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from lengthgen import device as devices
-from lengthgen import training_loop
 from lengthgen.language import tokenizer as tokenizers
 from lengthgen.language.loss import next_token_loss
-from lengthgen.loop import adamw, load_tensors, lr_at
-from lengthgen.model import ModelConfig, Transformer, param_count
+from lengthgen.model.transformer import ModelConfig, Transformer, param_count
+from lengthgen.support import device as devices
+from lengthgen.training import loop
+from lengthgen.training.optim import adamw, load_tensors, lr_at
 
 
 def build(spec: dict, vocab_size: int) -> Transformer:
@@ -86,11 +86,11 @@ def train_lm(spec: dict, tokenizer_path, tokens_dir, out_dir, checkpoint_path, c
     model = build(spec, tok.vocab_size).to(dev)
     tokens_meta = tokenizers.info(tokens_dir)
     trainer = LMTrainer(spec, stream, val, model, dev, Path(out_dir), tok, tokens_meta, code_digest)
-    fingerprint = training_loop.fingerprint(spec, tokens_meta, code_digest)
-    training_loop.run(trainer, Path(checkpoint_path), fingerprint, log)
+    fingerprint = loop.fingerprint(spec, tokens_meta, code_digest)
+    loop.run(trainer, Path(checkpoint_path), fingerprint, log)
 
 
-class LMTrainer(training_loop.Trainer):
+class LMTrainer(loop.Trainer):
     """A language model's part of the training loop: windows of the stream, the validation loss
     every eval_every steps, no early stop."""
 
@@ -138,7 +138,7 @@ class LMTrainer(training_loop.Trainer):
         checkpoint = {"model_args": self.model.cfg.to_dict(), "state_dict": state, "spec": self.spec,
                       "tokenizer_sha256": self.tok.sha256, "validation_loss": final}
         info = {"spec": self.spec, "code_digest": self.code_digest, "tokens": self.tokens_meta,
-                **training_loop.machine(self.dev), "steps": len(log_df), "validation_loss": final}
+                **loop.machine(self.dev), "steps": len(log_df), "validation_loss": final}
         return [(self.out_dir, {"model.pt": checkpoint, "train_log.parquet": log_df, "meta.json": info})]
 
 

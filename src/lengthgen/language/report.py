@@ -9,8 +9,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from lengthgen.aggregate import write_csv  # noqa: E402
-from lengthgen.fileio import read_intermediate, save_png  # noqa: E402
+from lengthgen.analysis.aggregate import write_csv  # noqa: E402
+from lengthgen.support.fileio import read_intermediate, save_png  # noqa: E402
 
 SUMMARY_KEYS = ["model", "method", "positions", "k"]
 METHODS = ("greedy", "null", "attention", "random")

@@ -15,9 +15,9 @@ import re
 
 import pandas as pd
 
-from lengthgen.aggregate import read_table
-from lengthgen.errors import UserError
-from lengthgen.fileio import atomic_path, read_intermediate, remove_stale
+from lengthgen.analysis.aggregate import read_table
+from lengthgen.support.errors import UserError
+from lengthgen.support.fileio import atomic_path, read_intermediate, remove_stale
 
 KEYS = ["seed", "document", "index"]
 COLUMNS = [*KEYS, "gap", "L_long", "L_short"]  # what every reader uses

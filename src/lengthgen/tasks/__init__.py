@@ -25,11 +25,11 @@ import importlib
 import pkgutil
 from types import ModuleType
 
-from lengthgen.errors import UserError
+from lengthgen.support.errors import UserError
 
 # Every module of this package is a task kind, found by listing the package rather than named
 # here: adding a task then edits no file that another task's code digest holds
-# (lengthgen.digest), so the other tasks' cells stay cached.
+# (lengthgen.support.digest), so the other tasks' cells stay cached.
 REGISTRY: dict[str, ModuleType] = {
     m.name: importlib.import_module(f"{__name__}.{m.name}") for m in sorted(pkgutil.iter_modules(__path__))
 }

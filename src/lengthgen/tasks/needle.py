@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lengthgen.errors import UserError
+from lengthgen.support.errors import UserError
 
 PAD, BOS, SEP, QUERY, DIGIT = 0, 1, 2, 3, 4  # digits 0..base-1, then the keys, then the filler
 GROUP = ["length", "k"]  # the axes of a test set: one block of examples per (n, k)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lengthgen.errors import UserError
+from lengthgen.support.errors import UserError
 
 VOCAB = ["<pad>", "<bos>", "=", "<eos>", "0", "1"]
 PAD, BOS, EQ, EOS, ZERO = 0, 1, 2, 3, 4

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lengthgen.errors import UserError
+from lengthgen.support.errors import UserError
 
 VOCAB = ["<pad>", "<bos>", "<sep>", "0", "1", "0*", "1*"]
 PAD, BOS, SEP, ZERO, PLANTED_ZERO = 0, 1, 2, 3, 5

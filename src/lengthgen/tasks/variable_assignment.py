@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lengthgen.errors import UserError
+from lengthgen.support.errors import UserError
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "=", ";", "?"]
 PAD, BOS, EOS, EQ, SEMI, QUERY = range(6)

@@ -1,0 +1,1 @@
+"""Tables and verdicts from the stages' outputs: aggregation, statistics, claims. No torch."""

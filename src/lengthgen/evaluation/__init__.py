@@ -1,0 +1,1 @@
+"""Reading trained cells: length sweeps by greedy decoding, and the attention analysis."""

@@ -1,0 +1,1 @@
+"""The transformer (the only forward) and the position IDs it is fed."""

@@ -1,0 +1,1 @@
+"""Figures, the HTML report and the docs' generated blocks, from the tables."""

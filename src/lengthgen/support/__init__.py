@@ -1,0 +1,1 @@
+"""Keeping the workflow running: errors, files, identities, devices, digests, the warm-start server."""

@@ -1,0 +1,142 @@
+"""Pieces of training (synthetic cells and language models) beside the loop itself
+(training/loop.py): the optimizer (AdamW), the learning-rate schedule and resumable checkpoints
+that only the same run may resume."""
+
+from __future__ import annotations
+
+import io
+import math
+import pickle
+from pathlib import Path
+
+import torch
+
+from lengthgen.support.fileio import atomic_path, corrupt, read_intermediate
+
+
+def adamw(model: torch.nn.Module, cfg: dict) -> AdamW:
+    """AdamW at cfg's lr and weight decay."""
+    return AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"], betas=(0.9, 0.98))
+
+
+class AdamW:
+    """torch.optim.AdamW(fused=True)'s update, the same kernel, without torch.optim.
+
+    Fused: one kernel per step instead of a dozen per parameter tensor (a visible share of a
+    small model's step on CPU). Not torch.optim's class: its first call imports torch's compiler
+    stack, seconds of every training job's start (docs/performance.md). The interface is
+    the part of torch.optim's the loops use: `param_groups[0]["lr"]`, `zero_grad`, `step`, and
+    state dicts. A parameter's state starts at its first gradient, as in torch.optim."""
+
+    def __init__(self, params, lr: float, weight_decay: float, betas=(0.9, 0.98), eps: float = 1e-8):
+        self.params = list(params)
+        self.param_groups = [{"lr": lr}]
+        self.weight_decay, self.betas, self.eps = weight_decay, betas, eps
+        self.state: dict[int, dict] = {}  # parameter index -> step, exp_avg, exp_avg_sq
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        if not live:  # as torch.optim: a step without gradients changes nothing
+            return
+        for i in live:
+            if i not in self.state:
+                p = self.params[i]
+                self.state[i] = {"step": torch.zeros((), device=p.device), "exp_avg": torch.zeros_like(p),
+                                 "exp_avg_sq": torch.zeros_like(p)}
+        states = [self.state[i] for i in live]
+        steps = [s["step"] for s in states]
+        torch._foreach_add_(steps, 1)
+        torch._fused_adamw_(
+            [self.params[i] for i in live], [self.params[i].grad for i in live], [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states], [], steps, lr=self.param_groups[0]["lr"], beta1=self.betas[0],
+            beta2=self.betas[1], weight_decay=self.weight_decay, eps=self.eps, amsgrad=False, maximize=False,
+        )
+
+    def state_dict(self) -> dict:
+        return {"lr": self.param_groups[0]["lr"], "state": {i: dict(s) for i, s in self.state.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Our state dict, or a one-group torch.optim.AdamW's (for callers of the training code
+        with such a checkpoint; the pipeline's fingerprints never resume one across code)."""
+        if "lr" not in state:
+            if len(state["param_groups"]) != 1:
+                raise ValueError("AdamW.load_state_dict: a torch.optim state dict with one parameter group only")
+            state = {"lr": state["param_groups"][0]["lr"], "state": state["state"]}
+        self.param_groups[0]["lr"] = state["lr"]
+        self.state = {int(i): {k: v.to(self.params[int(i)].device) for k, v in s.items()}
+                      for i, s in state["state"].items()}
+
+
+def lr_at(step: int, cfg: dict) -> float:
+    """Linear warm-up, then cosine decay to min_lr_ratio * lr at max_steps."""
+    if step < cfg["warmup_steps"]:
+        return cfg["lr"] * (step + 1) / cfg["warmup_steps"]
+    progress = (step - cfg["warmup_steps"]) / max(1, cfg["max_steps"] - cfg["warmup_steps"])
+    floor = cfg["min_lr_ratio"]
+    return cfg["lr"] * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+# torch.load(weights_only=True) raises the same UnpicklingError for a pickle of other objects
+# and for a torn file, so the refusal names both.
+REFUSED = ("refused to load: not only tensors and plain types (a torn file, or Python objects, which could run "
+           "code)")
+
+
+def _load(path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def load_tensors(path) -> dict:
+    """torch.load of tensors and plain Python types only (weights_only): a file dropped into the
+    results can hold data, never code to run. Everything the pipeline saves is such a file. One
+    that fails to load is a CorruptIntermediate (fileio.read_intermediate): removed under the
+    run's results, so a rerun rebuilds it."""
+
+    def load(p) -> dict:
+        try:
+            return _load(p)
+        except pickle.UnpicklingError:
+            raise corrupt(p, REFUSED) from None
+
+    return read_intermediate(path, load, "checkpoint")
+
+
+def load_checkpoint(path: Path, fingerprint: str, log) -> dict | None:
+    """The resumable checkpoint, or None to start from step 0: a checkpoint that fails to load
+    is never run and never removed here, as the run overwrites it."""
+    if not path.exists():
+        return None
+    try:
+        state = _load(path)
+    except pickle.UnpicklingError:
+        log(f"{path}: {REFUSED}; starting from step 0")
+        return None
+    except Exception as err:  # a torn file from a killed job: start over
+        log(f"checkpoint {path} unreadable ({type(err).__name__}); starting from step 0")
+        return None
+    if state.get("fingerprint") != fingerprint:
+        log(f"checkpoint {path} belongs to another config; starting from step 0")
+        return None
+    return state
+
+
+def save_tensors(path: Path, state: dict) -> None:
+    """torch.save through atomic_path. The bytes are serialized in memory first: torch's own
+    file writer reports a full disk as a RuntimeError naming no file, a plain write as the
+    OSError that atomic_path turns into one line naming `path`."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(buffer.getbuffer())
+
+
+def save_checkpoint(path: Path, **state) -> None:
+    save_tensors(path, state)

@@ -1,0 +1,304 @@
+"""Stacked training: the seeds of one (task, scheme) cell trained as one batched model.
+
+The models' parameters are stacked along a leading model axis (`model.stack`), on which
+`model/transformer.py`'s own forward applies each matrix to every model with one batched matmul; one backward
+pass and one fused AdamW call update every model. What that saves is a step's fixed costs, so
+it pays where one small model leaves the device idle (a GPU); see docs/performance.md.
+
+Each model stays the model `train.train` would train alone, up to floating-point order: it is
+built from its own seed, reads its own batches (`training_batch` with its seed), packs them on
+its own, and stops on its own; a stopped model leaves the stack, so its parameters and optimizer
+state freeze. Every model's checkpoint, log and meta.json are written where, and as, the
+one-model path writes them.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from lengthgen import tasks
+from lengthgen.model.transformer import call, param_count, set_parameters, stack, stacked_rows
+from lengthgen.support import device as devices
+from lengthgen.support.errors import UserError
+from lengthgen.training import loop, train
+from lengthgen.training.optim import AdamW, lr_at
+from lengthgen.training.train import (
+    COPY,
+    answer_mask,
+    build_model,
+    cell_id,
+    cell_outputs,
+    load_training_data,
+    pack,
+    training_batch,
+)
+
+
+def train_block(cells: list[dict], data_path, out_dirs: list, checkpoint_path, code_digest: str = "",
+                log=print) -> None:
+    """The `train-stack` stage: the block's seeds stacked, or one model at a time (each with a
+    checkpoint of its own beside the block's) when the cells cannot be stacked."""
+    why = unstackable(cells[0])
+    if why is None:
+        train_stacked(cells, data_path, out_dirs, checkpoint_path, code_digest=code_digest, log=log)
+        return
+    log(f"training one model at a time: {why}")
+    checkpoint = Path(checkpoint_path)
+    for cell, out_dir in zip(cells, out_dirs, strict=True):
+        train.train(cell, data_path, out_dir, checkpoint.with_name(f"seed{cell['seed']}.pt"),
+                    code_digest=code_digest, log=log)
+
+
+def unstackable(cell: dict) -> str | None:
+    """Why this cell's models cannot be trained stacked (None when they can)."""
+    if cell["model"].get("dropout", 0.0) > 0:
+        return "dropout draws one random mask for the whole stack, not each model's own"
+    return None
+
+
+def _same_but_seed(cells: list[dict]) -> None:
+    strip = [{k: v for k, v in c.items() if k != "seed"} for c in cells]
+    if any(s != strip[0] for s in strip[1:]):
+        raise UserError("--cells: expected the seeds of one (task, scheme); these cells differ in more than the seed")
+    if len({c["seed"] for c in cells}) != len(cells):
+        raise UserError("--cells: a seed appears twice")
+
+
+class Stack:
+    """The active models as one stacked Transformer (`model.stack`), its parameters and their optimizer."""
+
+    def __init__(self, models: list, weight_decay: float):
+        self.model = stack(models)
+        self.names = [n for n, _ in self.model.named_parameters()]
+        self.params = list(self.model.parameters())
+        self.opt = AdamW(self.params, lr=0.0, weight_decay=weight_decay, betas=(0.9, 0.98))
+
+    def keep(self, rows: list[int]) -> None:
+        """Drop every model not in `rows` (positions in the stack): their state freezes."""
+        index = torch.tensor(rows, device=self.params[0].device)
+        state = self.opt.state_dict()
+        set_parameters(self.model, {n: p.detach()[index].clone() for n, p in zip(self.names, self.params, strict=True)})
+        self.params = list(self.model.parameters())
+        self.opt = AdamW(self.params, lr=state["lr"], weight_decay=self.opt.weight_decay, betas=self.opt.betas)
+        self.opt.state = {i: {"step": s["step"], "exp_avg": s["exp_avg"][index], "exp_avg_sq": s["exp_avg_sq"][index]}
+                          for i, s in state["state"].items()}
+
+    def state_of(self, row: int) -> dict:
+        """One model's state dict (parameters and buffers) at its position in the stack."""
+        return {**{n: p.detach()[row].clone() for n, p in zip(self.names, self.params, strict=True)},
+                **{n: b.clone() for n, b in self.model.named_buffers()}}  # the same in every model
+
+
+def stacked_inputs(batches: list[dict], dev, copy_: bool) -> dict:
+    """The models' batches as (M, ...) tensors of one shape: each batch packed on its own (as
+    `packed_features` packs it), every model's rows padded to the most any model needs."""
+    t = max(int(b["seq_len"].max()) for b in batches)
+    per = [_packed_one(b, t, copy_) for b in batches]
+    rows = max(p["tokens"].shape[0] for p in per)
+    for p in per:
+        extra = rows - p["tokens"].shape[0]
+        for key, fill in (("tokens", 0), ("ids", 0), ("segments", -1)):
+            p[key] = torch.cat([p[key], p[key].new_full((extra, t - 1), fill)])
+    return {k: torch.stack([p[k] for p in per]).to(dev) for k in per[0]}
+
+
+def _packed_one(batch: dict, t: int, copy_: bool) -> dict:
+    """One batch's packed rows (R, t-1), the index of each state in them, and its targets."""
+    tokens, ids = batch["tokens"][:, :t], batch["ids"][:, :t]
+    b, w = tokens.shape[0], t - 1
+    lengths = (batch["seq_len"] - 1).clamp(1, w)
+    row, offset = pack(lengths.tolist(), w)
+    real = torch.arange(w)[None, :] < (batch["seq_len"] - 1)[:, None]
+    where = torch.tensor(row)[:, None] * w + torch.tensor(offset)[:, None]
+    where = (where + torch.arange(w)[None, :]).masked_fill(~real, 0)
+    size = (max(row) + 1) * w
+
+    def packed(values: torch.Tensor, fill: int) -> torch.Tensor:
+        out = values.new_full((size,), fill)
+        out[where[real]] = values[real]
+        return out.view(-1, w)
+
+    mask = answer_mask(batch["seq_len"], batch["answer_start"], w)
+    if "unscored" in batch:
+        mask &= ~batch["unscored"][:, 1:t]
+    targets = tokens[:, 1:]
+    if copy_:
+        targets = targets.masked_fill(batch["pointer"][:, 1:t] >= 0, COPY)
+    return {
+        "tokens": packed(tokens[:, :-1], 0), "ids": packed(ids[:, :-1], 0),
+        "segments": packed(torch.arange(b)[:, None].expand(b, w), -1), "where": where, "mask": mask,
+        "targets": targets, "all_ids": ids, "pointer": batch["pointer"][:, 1:t].masked_fill(~mask, -1),
+        "answer_start": batch["answer_start"],
+    }
+
+
+def _masked_ce(scores: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Each model's mean cross entropy over its kept positions (scores (M, ..., K), targets and
+    `keep` (M, ...)): `F.cross_entropy(scores[keep], targets[keep])` per model, without a
+    boolean index, whose shape would differ per model."""
+    m = scores.shape[0]
+    flat = scores.float().flatten(0, -2)
+    ce = F.cross_entropy(flat, targets.masked_fill(~keep, 0).flatten(), reduction="none").view(m, -1)
+    keep = keep.reshape(m, -1)
+    return (ce * keep).sum(dim=1) / keep.sum(dim=1)
+
+
+def batched_loss(stack: Stack, inputs: dict, prompt: int, ppc_weight: float):
+    """Every model's loss (M,) and per-example correctness (M, B), by the stacked model (bmm)."""
+    model = stack.model
+    cfg, mask, targets, where = model.cfg, inputs["mask"], inputs["targets"], inputs["where"]
+    with devices.autocast(mask.device):
+        h = model.features(inputs["tokens"], inputs["ids"], segments=inputs["segments"])
+        h = stacked_rows(h.flatten(1, 2), where)  # (M, B, T, C): each example's states, unpacked
+        logits = call(model.head, h)
+    loss = _masked_ce(logits, targets, mask)
+    wrong = ((logits.argmax(-1) != targets) & mask).any(dim=-1)
+    if cfg.position_head != "none":
+        fed, ids = inputs["pointer"] >= 0, inputs["all_ids"]
+        if cfg.position_head == "pointer":
+            with devices.autocast(mask.device):
+                scores = model.pointer_logits(h, ids[:, :, :-1], h[:, :, :prompt], ids[:, :, :prompt])
+            outside = torch.arange(prompt, device=mask.device) >= inputs["answer_start"][..., None]  # (M, B, P)
+            scores = scores.float().masked_fill(outside[:, :, None, :], float("-inf"))
+            target = inputs["pointer"]
+        else:
+            scores, target = call(model.id_head, h).float(), ids[:, :, 1:]
+        loss = loss + ppc_weight * _masked_ce(scores, target, fed)
+        wrong = wrong | ((scores.argmax(-1) != target) & fed).any(dim=-1)
+    return loss, ~wrong
+
+
+def clip_per_model(grads: list[torch.Tensor], max_norm: float) -> None:
+    """`clip_grad_norm_` for each model of the stack on its own (leading axis: the model)."""
+    norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads]).norm(dim=0)  # (M,)
+    coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
+
+
+def stacked_step(stack: Stack, batches: list[dict], lr: float, grad_clip: float, dev, opts: dict):
+    """One AdamW step of every model in the stack; their losses and batch accuracies (lists)."""
+    inputs = stacked_inputs(batches, dev, opts["copy"])
+    prompt = max(int(b["answer_start"].max()) for b in batches)
+    stack.opt.param_groups[0]["lr"] = lr
+    losses, correct = batched_loss(stack, inputs, prompt, opts["ppc_weight"])
+    values = losses.tolist()
+    if all(math.isfinite(v) for v in values):
+        stack.opt.zero_grad(set_to_none=True)
+        losses.sum().backward()  # each model's parameters see only their own loss
+        if grad_clip:
+            clip_per_model([p.grad for p in stack.params], grad_clip)
+        stack.opt.step()
+    return values, correct.float().mean(dim=1).tolist()
+
+
+def train_stacked(cells: list[dict], data_path, out_dirs: list, checkpoint_path, code_digest: str = "",
+                  log=print) -> list[dict]:
+    """Train the cells (seeds of one (task, scheme)) as one stack; write each model's outputs
+    into its own directory of `out_dirs`, as `train.train` does."""
+    _same_but_seed(cells)
+    if len(out_dirs) != len(cells):
+        raise UserError(f"--out-dirs: {len(out_dirs)} directories for {len(cells)} cells")
+    first = cells[0]
+    dev = devices.resolve(first["device"], first["threads"])
+    data, meta = load_training_data(data_path, first)
+    gaps = tasks.get(meta["kind"]).gap_after(first["scheme_options"]["positions"] == "coupled")
+    models = []
+    for cell in cells:
+        torch.manual_seed(cell["seed"])  # each model's own initialization, as trained alone
+        models.append(build_model(cell, len(meta["vocab"])).to(dev))
+    trainer = StackTrainer(cells, data, meta, gaps, models, dev, [Path(d) for d in out_dirs], code_digest, log)
+    fingerprint = loop.fingerprint(cells, loop.file_digest(data_path), code_digest)
+    loop.run(trainer, Path(checkpoint_path), fingerprint, log)
+    return trainer.summaries
+
+
+class StackTrainer(loop.Trainer):
+    """A block's part of the training loop: every active model steps at once; each keeps its own
+    rows and early-stop streak, and leaves the stack when its streak stops it."""
+
+    advice = "lower train.lr or check the data"
+
+    def __init__(self, cells, data, meta, gaps, models, dev, out_dirs: list[Path], code_digest: str, log):
+        self.cells, self.data, self.meta, self.gaps, self.models, self.dev = cells, data, meta, gaps, models, dev
+        self.cfg, self.out_dirs, self.code_digest, self.log = cells[0]["train"], out_dirs, code_digest, log
+        self.stack = Stack(models, self.cfg["weight_decay"])
+        n = len(cells)
+        self.active, self.streak, self.rows, self.done = list(range(n)), [0] * n, [[] for _ in cells], {}
+        self.max_steps, self.checkpoint_every, self.log_every = (
+            self.cfg["max_steps"], self.cfg["checkpoint_every"], self.cfg["log_every"])
+        self.name = _block_id(cells)
+        self.about = (f"{n} models of {param_count(models[0]):,} parameters on {devices.describe(dev)}, "
+                      f"{len(data['tokens']):,} examples")
+
+    def step(self, step: int) -> dict[str, float]:
+        batches = [training_batch(self.data, step, self.cells[i], self.gaps) for i in self.active]
+        self.lr = lr_at(step, self.cfg)
+        self.last = stacked_step(self.stack, batches, self.lr, self.cfg["grad_clip"], self.dev,
+                                 self.cells[0]["scheme_options"])
+        return {cell_id(self.cells[i]): loss for i, loss in zip(self.active, self.last[0], strict=True)}
+
+    def record(self, step: int) -> None:
+        for i, loss, acc in zip(self.active, *self.last, strict=True):
+            self.streak[i] = loop.next_streak(self.streak[i], loss, acc, self.cfg["early_stop"])
+            self.rows[i].append((step, loss, acc, self.lr))
+        self.active = _drop_stopped(self.stack, self.cells, self.active, self.streak, self.done, step + 1, self.log)
+
+    def converged(self) -> bool:
+        return not self.active
+
+    def status(self) -> str:
+        return f"({len(self.active)} of {len(self.cells)} models training)"
+
+    def checkpoint(self, steps: int) -> dict:
+        return {"params": [p.detach() for p in self.stack.params], "optimizer": self.stack.opt.state_dict(),
+                "step": steps, "active": self.active, "streak": self.streak, "rows": self.rows, "done": self.done}
+
+    def restore(self, state: dict) -> None:
+        self.active, self.streak, self.rows, self.done = _restore(self.stack, state)
+
+    def outputs(self, stopped: str):
+        """Each model's files, as a model trained alone writes them (`stopped`, the block's, is
+        not each model's)."""
+        for k, i in enumerate(self.active):
+            self.done[i] = self.stack.state_of(k)
+        self.summaries = []
+        for i, (cell, model) in enumerate(zip(self.cells, self.models, strict=True)):
+            model.load_state_dict({k: self.done[i][k] for k in model.state_dict()})
+            own = "converged" if loop.patience_met(self.streak[i], self.cfg["early_stop"]) else "max_steps"
+            summary, files = cell_outputs(model, cell, self.meta, self.rows[i], self.dev, self.code_digest, own)
+            self.summaries.append(summary)
+            yield self.out_dirs[i], files
+
+
+def _block_id(cells: list[dict]) -> str:
+    c = cells[0]
+    return f"{c['task']}/{c['scheme']}/seeds{'-'.join(str(x['seed']) for x in cells)}"
+
+
+def _drop_stopped(stack: Stack, cells, active: list[int], streak, done: dict, step: int, log) -> list[int]:
+    """Take the models whose early stop has come out of the stack, keeping their final state in
+    `done`; the models still training, in stack order."""
+    stopped = [i for i in active if loop.patience_met(streak[i], cells[i]["train"]["early_stop"])]
+    for i in stopped:
+        done[i] = stack.state_of(active.index(i))
+        log(f"{cell_id(cells[i])}: stopped at step {step} (converged)")
+    still = [i for i in active if i not in stopped]
+    if stopped and still:
+        stack.keep([active.index(i) for i in still])
+    return still
+
+
+def _restore(stack: Stack, state: dict) -> tuple:
+    """Load a stacked checkpoint into `stack`; its active models, streaks, rows and the final
+    states of the models that had stopped."""
+    stack.keep(state["active"])
+    with torch.no_grad():
+        for p, saved in zip(stack.params, state["params"], strict=True):
+            p.copy_(saved)
+    stack.opt.load_state_dict(state["optimizer"])
+    return tuple(state[k] for k in ("active", "streak", "rows", "done"))
