@@ -6,7 +6,7 @@ Three ways to step M models, runs alternating in one process, each run a few ste
   bmm    one step of the stack with a leading model axis (`stacked.batched_loss`; the pipeline's)
   batch  one model on an M times larger batch: not M models, the bound of what amortizing a step's
          fixed cost could give (M models' matrices stay M products of one model's shape)
-A stacked model follows the steps it takes alone (tests/test_stacked.py), so models trained to
+A stacked model follows the steps it takes alone (tests/training/test_stacked.py), so models trained to
 early stop per minute scale as model-steps per second: the ratios below are those ratios, leaving
 out the start of a job (paid once per block instead of once per model: job_start). Utilization:
 6 N + 6 n_layer T d FLOPs per real token (T: the batch's mean length; padding not counted) over

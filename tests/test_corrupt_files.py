@@ -2,7 +2,7 @@
 a sweep, meta.json) that is torn or corrupt ends the stage that reads it in one line naming it,
 and is removed when it lies under the run's results directory, so that rerunning the same
 command rebuilds it; a user's own file is never removed. (The workflow end to end: the truncated
-sweep in tests/test_identity.py.)"""
+sweep in tests/support/test_identity.py.)"""
 
 from __future__ import annotations
 

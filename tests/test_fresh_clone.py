@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 from conftest import REPO, SMOKE_RESULTS, VENV_BIN, venv_env
-from test_report import parse
+from html_tables import parse
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 

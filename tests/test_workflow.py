@@ -196,7 +196,7 @@ TRAINING = ("train", "length_sweep", "aggregate", "claims", *FIGURES, "provenanc
 
 # End to end for four files: Snakemake reruns a stage whose digest changed and what follows it.
 # Which digests an edit of every other file changes is checked without Snakemake
-# (tests/test_digest.py).
+# (tests/support/test_digest.py).
 @pytest.mark.parametrize(
     ("relpath", "expected"),
     [

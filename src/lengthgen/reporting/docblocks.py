@@ -3,7 +3,7 @@
 A Markdown file holds blocks `<!-- generated: NAME RESULTS_DIR -->` ... `<!-- end generated -->`;
 each holds exactly what GENERATORS[NAME] makes of RESULTS_DIR's tables. After a run,
 `PYTHONPATH=src python -m lengthgen.reporting.docblocks docs/results.md` rewrites them in place;
-tests/test_docblocks.py fails when a block and its tables disagree, so prose that quotes a run
+tests/reporting/test_docblocks.py fails when a block and its tables disagree, so prose that quotes a run
 cannot drift from it.
 """
 

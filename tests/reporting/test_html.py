@@ -4,11 +4,11 @@ their verdicts coloured, the run's configuration and provenance; a bad input end
 from __future__ import annotations
 
 import json
-from html.parser import HTMLParser
 
 import pytest
 import yaml
 from conftest import error_lines, run_lengthgen
+from html_tables import parse
 
 from lengthgen.reporting import html as report
 
@@ -25,38 +25,6 @@ PLAIN_CLAIMS = """\
 claim,check,value,threshold,result,detail
 1 sparsity,every model fits at n=12 (1x): smallest accuracy,1.0000,>= 0.95,PASS,27 of 27 models
 """
-
-
-class Tables(HTMLParser):
-    """Every <table>'s rows as lists of (cell text, cell class); and the page's text."""
-
-    def __init__(self):
-        super().__init__()
-        self.tables, self.text, self._cell = [], [], None
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "table":
-            self.tables.append({"class": dict(attrs).get("class", ""), "rows": []})
-        elif tag == "tr" and self.tables:
-            self.tables[-1]["rows"].append([])
-        elif tag in ("td", "th") and self.tables:
-            self._cell = [[], dict(attrs).get("class", "")]
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th") and self._cell is not None:
-            self.tables[-1]["rows"][-1].append(("".join(self._cell[0]).strip(), self._cell[1]))
-            self._cell = None
-
-    def handle_data(self, data):
-        self.text.append(data)
-        if self._cell is not None:
-            self._cell[0].append(data)
-
-
-def parse(html: str) -> Tables:
-    parser = Tables()
-    parser.feed(html)
-    return parser
 
 
 def test_scorecard_is_a_table_with_every_row_and_a_coloured_verdict(tmp_path):

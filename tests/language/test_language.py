@@ -199,7 +199,7 @@ def test_language_seeds_take_the_seed_offset_and_the_old_key_is_named():
     from lengthgen import config
     from lengthgen.support.errors import UserError
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     schema = config.load_yaml(root / "workflow/schemas/config.schema.yaml")
     base = config.load_yaml(root / "config.yaml")
     replicate = config.validate({**base, **config.load_yaml(root / "config/replicate.yaml")}, schema)

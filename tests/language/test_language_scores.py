@@ -13,7 +13,7 @@ from lengthgen.analysis.claims import language_checks
 from lengthgen.language import scores
 from lengthgen.support.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pair(path: Path, seed: int, n: int = 6) -> pd.DataFrame:
