@@ -200,14 +200,12 @@ TRAINING = ("train", "length_sweep", "aggregate", "claims", *FIGURES, "provenanc
 @pytest.mark.parametrize(
     ("relpath", "expected"),
     [
-        ("src/lengthgen/model/transformer.py", {*TRAINING, "train_lm", "score_influence", "language_scores",
-                                                "influence_report",
-                                    *LANGUAGE_ATTENTION, "all"}),
+        ("src/lengthgen/model/transformer.py",
+         {*TRAINING, "train_lm", "score_influence", "language_scores", "influence_report", *LANGUAGE_ATTENTION, "all"}),
         ("src/lengthgen/analysis/claims.py", {"claims", *FIGURES, "report_pages", "all"}),
         ("src/lengthgen/analysis/scorecard.py", {"claims", "report_pages", "all"}),
-        ("src/lengthgen/evaluation/decode.py", {"length_sweep", "aggregate", "claims", *FIGURES, "report_pages",
-                                                *ATTENTION,
-                                     "all"}),
+        ("src/lengthgen/evaluation/decode.py",
+         {"length_sweep", "aggregate", "claims", *FIGURES, "report_pages", *ATTENTION, "all"}),
     ],
 )
 def test_code_edit_reruns_exactly_its_stages(smoke_run, relpath, expected):

@@ -80,8 +80,7 @@ def test_a_killed_run_is_unlocked_and_goes_on_but_a_live_one_is_not(tmp_path):
         # another configuration (its own results_dir) goes on beside it: here planned, not run
         (workdir / "other.yaml").write_text(yaml.safe_dump({**TINY, "results_dir": "results-other"}))
         other = _run(workdir, [PYTHON, "-m", "lengthgen.support.unlock", str(VENV_BIN / "snakemake"), "-n",
-                               "--cores", "1",
-                               "--configfile", "other.yaml"])
+                               "--cores", "1", "--configfile", "other.yaml"])
         assert other.returncode == 0, other.stderr
         assert "results-other/runs/lock_k1/nope/seed0/model.pt" in other.stdout + other.stderr
         first.send_signal(signal.SIGKILL)  # no chance to remove its lock

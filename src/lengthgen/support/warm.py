@@ -305,8 +305,7 @@ def start(log_path, threads: int) -> tuple[subprocess.Popen, Path] | None:
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "a") as log:
             argv = [python, "-m", "lengthgen.support.warm", str(directory / "socket"), str(os.getpid())]
-            server = subprocess.Popen(argv,
-                                      stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            server = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                       env={**{k: v for k, v in os.environ.items() if k != ENV},
                                            **dict.fromkeys(THREAD_ENV, str(threads))})
     except OSError as err:
