@@ -511,7 +511,8 @@ def test_load_stream_refuses_other_tokenizers_and_damaged_files(tmp_path, small_
 
 
 def test_tokenizer_settings_follow_the_schema_not_a_copy_of_it():
-    assert tokenizer.normalize({}) == {"kind": "bpe", "vocab_size": 2048, "min_frequency": 2}
+    written = lgschema.load()["properties"]["language"]["properties"]["tokenizer"]["properties"]
+    assert tokenizer.normalize({}) == {key: spec["default"] for key, spec in written.items()}
     expected = r"^config\.language\.tokenizer\.min_frequency: 0 is less than the minimum of 1$"
     with pytest.raises(UserError, match=expected):
         tokenizer.normalize({"min_frequency": 0})

@@ -26,12 +26,15 @@ PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 
 def spearman(x, y) -> float:
     """Spearman rank correlation (average ranks for ties); nan when either side is constant."""
-    rx, ry = _ranks(x), _ranks(y)
-    return float(scipy.stats.pearsonr(rx, ry).statistic) if rx.std() > 0 and ry.std() > 0 else float("nan")
+    return _rank_pearson(_ranks(x), _ranks(y))
 
 
 def _ranks(v) -> np.ndarray:
     return scipy.stats.rankdata(np.asarray(v, dtype=float))
+
+
+def _rank_pearson(rx: np.ndarray, ry: np.ndarray) -> float:
+    return float(scipy.stats.pearsonr(rx, ry).statistic) if rx.std() > 0 and ry.std() > 0 else float("nan")
 
 
 def _rank_correlation(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -45,10 +48,10 @@ def permutation_spearman(x, y, alternative: str = "less", n_perm: int = 10000, s
     with x shuffled): the chance, under exchangeable y, of a correlation at least as extreme
     (`less`: as negative). Exact over every ordering when there are at most `n_perm` of them;
     beyond, (1 + hits) / (1 + n_perm) over `n_perm` seeded shuffles, which never reports p = 0."""
-    rho = spearman(x, y)
+    rx, ry = _ranks(x), _ranks(y)
+    rho = _rank_pearson(rx, ry)
     if math.isnan(rho):
         return rho, float("nan")
-    rx, ry = _ranks(x), _ranks(y)
     # one sample, so only y's order is permuted: n! orderings, as in scipy's own correlation example
     test = scipy.stats.permutation_test((ry,), lambda b, axis=-1: _rank_correlation(rx, b, axis),
                                         permutation_type="pairings", vectorized=True, n_resamples=n_perm,
@@ -63,7 +66,7 @@ def block_permutation_spearman(x, y, blocks, alternative: str = "less", n_perm: 
     are not independent, so only their order within the model is exchangeable under the null.
     (1 + hits) / (1 + n_perm), never 0; nan when either side is constant."""
     rx, ry = _ranks(x), _ranks(y)  # permuting y within blocks permutes its ranks
-    rho = spearman(x, y)
+    rho = _rank_pearson(rx, ry)
     if math.isnan(rho):
         return rho, float("nan")
     rng = np.random.default_rng(seed)
