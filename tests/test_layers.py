@@ -14,7 +14,7 @@ PACKAGE = REPO / "src/lengthgen"
 LAYERS = {
     # support: no lengthgen imports beyond each other
     "support": {"support"},
-    "tasks": {"tasks", "datasets", "config"},
+    "tasks": {"tasks", "datasets", "config", "plan"},
     "model": {"model"},
     "stages": {"training", "evaluation", "language"},
     "analysis": {"analysis", "reporting", "language.scores", "language.report"},

@@ -24,6 +24,9 @@ def validate(config: dict, schema: dict) -> dict:
                         "models each)")
     fill_defaults(config, schema, schema)
     _check(config, schema, schema)
+    if config["test_sets"] == "shared" and config["train_sets"] == "per_seed":
+        raise UserError("config.test_sets: shared needs train_sets: shared (the shared test draw is kept disjoint "
+                        "from one training set)")
     defs = schema["$defs"]
     names = set()
     for i, task in enumerate(config["tasks"]):
@@ -257,6 +260,17 @@ def seed_blocks(seeds: list[int], size: int) -> list[list[int]]:
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
+def train_split(config: dict, seed: int) -> str:
+    """The training split a model of this seed trains on: its own draw (train-seed<seed>), so
+    that a model seed and its data are one unit of replication, or the draw all share (train)."""
+    return f"train-seed{seed}" if config["train_sets"] == "per_seed" else "train"
+
+
+def split_seed(split: str, prefix: str) -> int | None:
+    """The model seed of a per-seed split (train-seed3 -> 3), None for a shared one."""
+    return int(split.removeprefix(prefix)) if split.startswith(prefix) else None
+
+
 def test_split(config: dict, seed: int) -> str:
     """The test split a model of this seed is scored on: its own draw (test-seed<seed>), so that
     one draw's luck does not move every model together, or the draw all models share (test)."""
@@ -266,16 +280,26 @@ def test_split(config: dict, seed: int) -> str:
 def data_slice(config: dict, task_name: str, split: str) -> dict:
     """What a dataset depends on: the task's parameters and the split's seed and size.
 
-    `split` is train, test (the shared draw, eval_seed) or test-seed<s> (model seed s's own draw,
-    eval_seed + s; the file's metadata says split test either way)."""
+    `split` is train (the shared draw, data_seed), train-seed<s> (model seed s's own draw,
+    seeded by [data_seed, s]), test (the shared draw, eval_seed) or test-seed<s> (model seed s's
+    own, eval_seed + s). The file's metadata says split train or test either way."""
     task = task_by_name(config, task_name)
     out = {"name": task["name"], "kind": task["kind"], "params": task["params"], "split": split}
-    if split == "train":
-        out.update(seed=config["data_seed"], train_examples=task["train_examples"])
+    if split.startswith("train"):
+        own = split_seed(split, "train-seed")
+        seed = config["data_seed"] if own is None else [config["data_seed"], own]
+        out.update(split="train", seed=seed, train_examples=task["train_examples"])
     else:
-        draw = int(split.removeprefix("test-seed")) if split.startswith("test-seed") else 0
+        draw = split_seed(split, "test-seed") or 0
         out.update(split="test", seed=config["eval_seed"] + draw, eval=task["eval"])
     return out
+
+
+def training_set_of(config: dict, split: str) -> str:
+    """The training split a test split is drawn disjoint from: a seed's own test draw from that
+    seed's training set, the shared test draw from the shared training set."""
+    own = split_seed(split, "test-seed")
+    return "train" if own is None else train_split(config, own)
 
 
 def cell_slice(config: dict, task_name: str, scheme: str, seed: int) -> dict:

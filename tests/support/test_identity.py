@@ -352,7 +352,7 @@ def _tables(workdir) -> dict[str, bytes]:
 
 
 def _intermediates(workdir) -> list[str]:
-    names = [f"data/id_k1/{s}.parquet" for s in ("train", "test-seed0", "test-seed1")]  # a test draw per seed
+    names = [f"data/id_k1/{s}-seed{seed}.parquet" for s in ("train", "test") for seed in (0, 1)]  # a draw per seed
     names += [f"runs/id_k1/{scheme}/seed{seed}/{f}" for scheme in ("nope", "alibi") for seed in (0, 1)
               for f in ("model.pt", "train_log.parquet", "meta.json", "sweep.parquet")]
     return [n for n in names if not (workdir / RESULTS / n).exists()]
@@ -443,7 +443,7 @@ def test_cuda_on_a_machine_without_it_stops_before_any_job(run_copy, baseline):
 def test_missing_files_after_a_failed_job_are_rebuilt(run_copy, baseline):
     """A truncated training set: the job that reads it fails after Snakemake removed its outputs.
     Restored (with its old time, as `cp -p` restores it), the rerun rebuilds what went missing."""
-    data = run_copy / RESULTS / "data/id_k1/train.parquet"
+    data = run_copy / RESULTS / "data/id_k1/train-seed0.parquet"
     original, stat = data.read_bytes(), data.stat()
     data.write_bytes(original[: len(original) // 2])
     failed = _snakemake(run_copy, cores=1)

@@ -19,6 +19,7 @@ from conftest import SMOKE_RESULTS, copy_workflow, make_cell, run_snakemake
 from lengthgen import datasets
 from lengthgen.config import fill_defaults
 from lengthgen.config import seed_blocks as blocks
+from lengthgen.support.errors import UserError
 from lengthgen.support.fileio import canonical_json
 from lengthgen.training.stacked import train_stacked
 from lengthgen.training.train import train
@@ -91,6 +92,31 @@ def test_a_seed_stacked_trains_as_it_trains_alone(tmp_path, data, case):
         torch.testing.assert_close(s["state_dict"][k], v, atol=2e-3, rtol=1e-3)
     assert (alone / "meta.json").read_text() == (outs[1] / "meta.json").read_text().replace(
         str(s["final_loss"]), str(a["final_loss"])).replace(str(s["final_accuracy"]), str(a["final_accuracy"]))
+
+
+def test_each_seed_of_a_stack_trains_on_its_own_training_set(tmp_path, data, schema):
+    """With train_sets: per_seed every model of a stack reads its own draw: seed 1 stacked on
+    its set trains as it trains alone on that set, and not as on its neighbour's."""
+    task = copy.deepcopy(TASKS["parity"])
+    fill_defaults(task["params"], schema["$defs"]["sparse_parity_params"], schema)
+    other = tmp_path / "other.parquet"
+    datasets.generate({**task, "split": "train", "seed": [5, 1]}, "train", [5, 1], other)
+    alone = tmp_path / "alone"
+    train(_cell("alibi", 1), other, alone, tmp_path / "a.pt", log=lambda *_: None)
+    outs = [tmp_path / f"stacked{s}" for s in (0, 1)]
+    train_stacked([_cell("alibi", s) for s in (0, 1)], [data["parity"], other], outs, tmp_path / "s.pt",
+                  log=lambda *_: None)
+    want, got = _log(alone), _log(outs[1])
+    assert (got["loss"] - want["loss"]).abs().max() < 1e-5
+    shared = tmp_path / "shared"
+    train(_cell("alibi", 1), data["parity"], shared, tmp_path / "b.pt", log=lambda *_: None)
+    assert (_log(shared)["loss"] - got["loss"]).abs().max() > 1e-3  # the draw matters: it is its own
+
+
+def test_a_stack_refuses_a_count_of_training_sets_that_is_not_its_cells(tmp_path, data):
+    with pytest.raises(UserError, match="--data: 2 training sets for 3 cells"):
+        train_stacked([_cell("alibi", s) for s in (0, 1, 2)], [data["parity"]] * 2, [tmp_path / "x"] * 3,
+                      tmp_path / "s.pt", log=lambda *_: None)
 
 
 def test_each_model_stops_early_at_its_own_step_and_freezes(tmp_path, data):

@@ -12,7 +12,7 @@ sys.path.insert(0, SRC)
 os.environ.update(PYTHONPATH=SRC)
 
 from lengthgen import config as lgconfig  # noqa: E402
-from lengthgen import tasks as lgtasks  # noqa: E402
+from lengthgen import plan  # noqa: E402
 from lengthgen.support.digest import stage_digest  # noqa: E402
 from lengthgen.support.errors import UserError  # noqa: E402
 from lengthgen.support.fileio import canonical_json  # noqa: E402
@@ -145,7 +145,7 @@ wildcard_constraints:
     task="|".join(TASK_NAMES),
     scheme="[A-Za-z0-9_]+",
     seed=r"\d+",
-    split=r"train|test|test-seed\d+",
+    split=r"train|train-seed\d+|test|test-seed\d+",
 
 
 def cells():
@@ -155,6 +155,11 @@ def cells():
 
 def cell_paths(pattern):
     return [pattern.format(task=t, scheme=s, seed=seed) for t, s, seed in cells()]
+
+
+def training_set(wildcards):
+    """The training set a cell trains on (its seed's own draw unless train_sets: shared)."""
+    return results(f"data/{wildcards.task}/{lgconfig.train_split(CONFIG, int(wildcards.seed))}.parquet")
 
 
 def test_set(wildcards):
@@ -180,8 +185,10 @@ CELL_FILES = ("model.pt", "train_log.parquet", "meta.json", "sweep.parquet")
 
 def intermediates():
     """Every file the tables are made from (not the fetched corpus archive, a download cache)."""
-    tests = {(t, lgconfig.test_split(CONFIG, seed)) for t, _, seed in cells()}  # the draws the sweeps read
-    files = [results(f"data/{t}/{split}.parquet") for t, split in sorted({(t, "train") for t in TASK_NAMES} | tests)]
+    splits = {
+        (t, split(CONFIG, seed)) for t, _, seed in cells() for split in (lgconfig.train_split, lgconfig.test_split)
+    }
+    files = [results(f"data/{t}/{split}.parquet") for t, split in sorted(splits)]
     for name in CELL_FILES + (("attention.parquet",) if CONFIG["attention"] else ()):
         files += cell_paths(results(f"runs/{{task}}/{{scheme}}/seed{{seed}}/{name}"))
     if CONFIG["language"]:
@@ -218,72 +225,37 @@ def missing_intermediates():
 
 
 def tasks_of(kind):
-    return [t["name"] for t in CONFIG["tasks"] if t["kind"] == kind]
+    return plan.tasks_of(CONFIG, kind)
 
 
-def model_size(task):
-    return f"{task['model']['n_layer']}x{task['model']['d_model']}"
-
-
+# Which tasks each claim and figure is judged on (lengthgen.analysis.plan, which `lengthgen power`
+# also reads); what they return reaches the rules as params.
 def sparse_sizes():
-    """Each E1 task's model size ("layers x width"); with two or more sizes the scale analysis
-    compares them (config/scale.yaml)."""
-    sizes = {t["name"]: model_size(t) for t in CONFIG["tasks"] if t["kind"] == "sparse_parity"}
-    return sizes if len(set(sizes.values())) > 1 else {}
+    return plan.sparse_sizes(CONFIG)
 
 
 def claim1_tasks():
-    """The E1 tasks claim 1 is decided on: those at the run's own model size (all when none is)."""
-    names = tasks_of("sparse_parity")
-    at_base = [t for t, size in sparse_sizes().items() if size == model_size(CONFIG)]
-    return at_base or names
+    return plan.claim1_tasks(CONFIG)
 
 
 def needle_info():
-    """Each needle task's longest training haystack: claim 1's rule runs on it as an analysis."""
-    return {t["name"]: t["params"]["n_max"] for t in CONFIG["tasks"] if t["kind"] == "needle"}
+    return plan.needle_info(CONFIG)
 
 
 def train_max(kind):
-    """Longest training length over the tasks of a kind (0 if none)."""
-    return max([t["params"]["n_max"] for t in CONFIG["tasks"] if t["kind"] == kind] or [0])
-
-
-COUPLING_KINDS = ("scratchpad_parity", "variable_assignment")
+    return plan.train_max(CONFIG, kind)
 
 
 def coupling_tasks():
-    return [t for t in CONFIG["tasks"] if t["kind"] in COUPLING_KINDS]
+    return plan.coupling_tasks(CONFIG)
 
 
 def coupling_info():
-    """What the claim-2 checks read: each E2/E3 task's kind, longest training length, answer
-    format (E3), the IDs its training covered (max_position) against its test sequences, and the
-    options of the schemes it runs."""
-    return {
-        t["name"]: {
-            "kind": t["kind"],
-            "n_max": t["params"]["n_max"],
-            "answer_format": t["params"].get("answer_format"),
-            "max_position": t["model"]["max_position"],
-            # tokens of the longest test sequence at each length: what the test asks of the IDs
-            "test_tokens": {n: lgtasks.get(t["kind"]).seq_len(t["params"], n) for n in t["eval"]["lengths"]},
-            "scheme_options": t["scheme_options"],
-        }
-        for t in coupling_tasks()
-    }
+    return plan.coupling_info(CONFIG)
 
 
 def figures():
-    kinds = {
-        "sparse_parity": tasks_of("sparse_parity"),
-        "sparsity_test": tasks_of("sparse_parity"),
-        "coupling": coupling_tasks(),
-        "scale": sparse_sizes(),
-        "needle": needle_info(),
-    }
-    language = ["influence_gap", "influence_recovered", "influence_short_model"] if CONFIG["language"] else []
-    return [name for name, present in kinds.items() if present] + language
+    return plan.figures(CONFIG)
 
 
 def attention_outputs():

@@ -1,10 +1,15 @@
-# Synthetic datasets: one Parquet file per (task, split). A test split (test, or a model seed's
-# own test-seed<s>) is drawn disjoint from the training split, so it depends on it.
+# Synthetic datasets: one Parquet file per (task, split). A model seed's own training split
+# (train-seed<s>) or the shared one (train); a test split (test-seed<s>, or the shared test) is
+# drawn disjoint from its training split, so it depends on it.
 
 
 rule generate_dataset:
     input:
-        lambda w: [results(f"data/{w.task}/train.parquet")] if w.split != "train" else [],
+        lambda w: (
+            [results(f"data/{w.task}/{lgconfig.training_set_of(CONFIG, w.split)}.parquet")]
+            if w.split.startswith("test")
+            else []
+        ),
     output:
         results("data/{task}/{split}.parquet"),
     log:

@@ -6,6 +6,7 @@
 
 import re
 import shlex
+from argparse import Namespace
 
 STACK = {task["name"]: lgconfig.stack_size(CONFIG, task) for task in CONFIG["tasks"]}
 
@@ -13,7 +14,7 @@ if set(STACK.values()) == {1}:
 
     rule train:
         input:
-            results("data/{task}/train.parquet"),
+            training_set,
         output:
             model=results("runs/{task}/{scheme}/seed{seed}/model.pt"),
             train_log=results("runs/{task}/{scheme}/seed{seed}/train_log.parquet"),
@@ -53,7 +54,8 @@ else:
             name:
                 f"train_seeds_{_seeds.replace('-', '_')}"
             input:
-                results("data/{task}/train.parquet"),
+                # in the block's seed order, one per seed (one in all when shared)
+                lambda w, block=_block: list(dict.fromkeys(training_set(Namespace(task=w.task, seed=s)) for s in block)),
             output:
                 models=[results(f"runs/{{task}}/{{scheme}}/seed{s}/model.pt") for s in _block],
                 train_logs=[results(f"runs/{{task}}/{{scheme}}/seed{s}/train_log.parquet") for s in _block],

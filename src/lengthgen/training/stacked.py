@@ -38,19 +38,31 @@ from lengthgen.training.train import (
 )
 
 
-def train_block(cells: list[dict], data_path, out_dirs: list, checkpoint_path, code_digest: str = "",
+def train_block(cells: list[dict], data_paths: list, out_dirs: list, checkpoint_path, code_digest: str = "",
                 log=print) -> None:
     """The `train-stack` stage: the block's seeds stacked, or one model at a time (each with a
-    checkpoint of its own beside the block's) when the cells cannot be stacked."""
+    checkpoint of its own beside the block's) when the cells cannot be stacked. `data_paths`:
+    each seed's own training set, in the cells' order, or one that every seed shares."""
+    paths = per_cell_paths(cells, data_paths)
     why = unstackable(cells[0])
     if why is None:
-        train_stacked(cells, data_path, out_dirs, checkpoint_path, code_digest=code_digest, log=log)
+        train_stacked(cells, paths, out_dirs, checkpoint_path, code_digest=code_digest, log=log)
         return
     log(f"training one model at a time: {why}")
     checkpoint = Path(checkpoint_path)
-    for cell, out_dir in zip(cells, out_dirs, strict=True):
-        train.train(cell, data_path, out_dir, checkpoint.with_name(f"seed{cell['seed']}.pt"),
+    for cell, path, out_dir in zip(cells, paths, out_dirs, strict=True):
+        train.train(cell, path, out_dir, checkpoint.with_name(f"seed{cell['seed']}.pt"),
                     code_digest=code_digest, log=log)
+
+
+def per_cell_paths(cells: list[dict], data_paths) -> list:
+    """One training set per cell: the given one per cell, or the one given for all."""
+    paths = [data_paths] if isinstance(data_paths, (str, Path)) else list(data_paths)
+    if len(paths) == 1:
+        return paths * len(cells)
+    if len(paths) != len(cells):
+        raise UserError(f"--data: {len(paths)} training sets for {len(cells)} cells (give one, or one per cell)")
+    return paths
 
 
 def unstackable(cell: dict) -> str | None:
@@ -196,23 +208,27 @@ def stacked_step(stack: Stack, batches: list[dict], lr: float, grad_clip: float,
     return values, correct.float().mean(dim=1).tolist()
 
 
-def train_stacked(cells: list[dict], data_path, out_dirs: list, checkpoint_path, code_digest: str = "",
+def train_stacked(cells: list[dict], data_paths, out_dirs: list, checkpoint_path, code_digest: str = "",
                   log=print) -> list[dict]:
-    """Train the cells (seeds of one (task, scheme)) as one stack; write each model's outputs
-    into its own directory of `out_dirs`, as `train.train` does."""
+    """Train the cells (seeds of one (task, scheme)) as one stack, each on its own training set
+    (`data_paths`, or one shared); write each model's outputs into its own directory of
+    `out_dirs`, as `train.train` does."""
     _same_but_seed(cells)
     if len(out_dirs) != len(cells):
         raise UserError(f"--out-dirs: {len(out_dirs)} directories for {len(cells)} cells")
+    paths = per_cell_paths(cells, data_paths)
     first = cells[0]
     dev = devices.resolve(first["device"], first["threads"])
-    data, meta = load_training_data(data_path, first)
+    loaded = {p: load_training_data(p, first) for p in dict.fromkeys(paths)}  # a shared set is read once
+    data = [loaded[p][0] for p in paths]
+    meta = loaded[paths[0]][1]
     gaps = tasks.get(meta["kind"]).gap_after(first["scheme_options"]["positions"] == "coupled")
     models = []
     for cell in cells:
         torch.manual_seed(cell["seed"])  # each model's own initialization, as trained alone
         models.append(build_model(cell, len(meta["vocab"])).to(dev))
     trainer = StackTrainer(cells, data, meta, gaps, models, dev, [Path(d) for d in out_dirs], code_digest, log)
-    fingerprint = loop.fingerprint(cells, loop.file_digest(data_path), code_digest)
+    fingerprint = loop.fingerprint(cells, [loop.file_digest(p) for p in paths], code_digest)
     loop.run(trainer, Path(checkpoint_path), fingerprint, log)
     return trainer.summaries
 
@@ -232,11 +248,12 @@ class StackTrainer(loop.Trainer):
         self.max_steps, self.checkpoint_every, self.log_every = (
             self.cfg["max_steps"], self.cfg["checkpoint_every"], self.cfg["log_every"])
         self.name = _block_id(cells)
+        sizes = sorted({len(d["tokens"]) for d in data})
         self.about = (f"{n} models of {param_count(models[0]):,} parameters on {devices.describe(dev)}, "
-                      f"{len(data['tokens']):,} examples")
+                      f"{'-'.join(f'{x:,}' for x in sizes)} examples each")
 
     def step(self, step: int) -> dict[str, float]:
-        batches = [training_batch(self.data, step, self.cells[i], self.gaps) for i in self.active]
+        batches = [training_batch(self.data[i], step, self.cells[i], self.gaps) for i in self.active]
         self.lr = lr_at(step, self.cfg)
         self.last = stacked_step(self.stack, batches, self.lr, self.cfg["grad_clip"], self.dev,
                                  self.cells[0]["scheme_options"])
