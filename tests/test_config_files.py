@@ -84,3 +84,36 @@ def test_make_run_with_a_missing_config_names_it(repo):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert error_lines(done.stderr) == ["lengthgen: error: config/nope.yaml: file not found"]
+
+
+def test_the_confirmatory_grid_runs_the_defaults_design_with_more_units_on_unseen_seeds(repo, schema):
+    """config/confirm.yaml repeats the default's tasks (a list replaces whole): each entry must
+    equal the default's but for its seeds, so the confirmatory run decides the registered design
+    and not a drifted copy; its model seeds and data seeds are none the default uses."""
+    from lengthgen import config
+
+    base = config.load_yaml(repo / "config.yaml")
+    confirm = config.load_yaml(repo / "config/confirm.yaml")
+    default = config.validate(base, schema)
+    merged = config.validate(config._deep_merge(base, confirm), schema)
+    for mine, theirs in zip(merged["tasks"], default["tasks"], strict=True):
+        assert {**mine, "seeds": None} == {**theirs, "seeds": None}, mine["name"]
+        assert len(mine["seeds"]) > len(theirs["seeds"]) and not set(mine["seeds"]) & set(theirs["seeds"])
+    assert (merged["data_seed"], merged["eval_seed"]) != (default["data_seed"], default["eval_seed"])
+    assert merged["claims"] == {**default["claims"], "run": "confirmatory"}
+
+
+def test_each_model_seed_trains_on_its_own_draw_and_a_shared_test_needs_a_shared_training_set(schema):
+    from lengthgen import config
+    from lengthgen.support.errors import UserError
+
+    given = {"tasks": [{"name": "t", "kind": "sparse_parity", "schemes": ["rope"], "eval": {"lengths": [6, 12]},
+                        "params": {"k": 1, "n_min": 4, "n_max": 6}}], "schemes": {"rope": {"encoding": "rope"}}}
+    cfg = config.validate(given, schema)
+    assert config.train_split(cfg, 3) == "train-seed3" and config.training_set_of(cfg, "test-seed3") == "train-seed3"
+    slices = [config.data_slice(cfg, "t", f"train-seed{s}") for s in (0, 1)]
+    assert slices[0]["split"] == "train" and [s["seed"] for s in slices] == [[cfg["data_seed"], s] for s in (0, 1)]
+    shared = {**cfg, "train_sets": "shared", "test_sets": "shared"}
+    assert config.train_split(shared, 3) == "train" and config.training_set_of(shared, "test") == "train"
+    with pytest.raises(UserError, match=r"^config.test_sets: shared needs train_sets: shared"):
+        config.validate({**given, "test_sets": "shared"}, schema)

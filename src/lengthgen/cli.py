@@ -260,11 +260,26 @@ def cmd_check_config(a) -> None:
 
 
 def cmd_power(a) -> None:
+    from lengthgen import plan
     from lengthgen.analysis import power
+    from lengthgen.support.fileio import write_text
 
-    points, cfg = power.observed_points(a.results)
-    table = power.table(points, a.models, cfg, n_sim=a.simulations)
-    print(table.pivot(index="models", columns="scheme", values="power").to_markdown())
+    if a.claim1_models:
+        points, cfg = power.observed_points(a.results)
+        table = power.table(points, a.claim1_models, cfg, n_sim=a.simulations)
+        print(table.pivot(index="models", columns="scheme", values="power").to_markdown())
+        return
+    if len(a.results) != 1:
+        raise UserError("power: --results takes one run (its units are resampled)")
+    run = power.Run(a.results[0], plan.claims_plan)
+    if a.split_half:
+        write_text(a.split_half, power.split_half(run) + "\n")
+        print(f"split-half check: {a.split_half}")
+        return
+    text = power.agreement_table(run, power.agreement(run, a.factors, n_sim=a.simulations))
+    if a.write:
+        power.write_block(a.write, a.results[0], text)
+    print(text)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -296,7 +311,7 @@ def _training_stages(sub) -> None:
 
     s = sub.add_parser("train-stack", help="train the seeds of one (task, scheme) as one stacked model")
     s.add_argument("--cells", type=_json, required=True, help="the cells' config slices (JSON list, one per seed)")
-    s.add_argument("--data", required=True)
+    s.add_argument("--data", nargs="+", required=True, help="each cell's training set in order, or one for all")
     s.add_argument("--out-dirs", nargs="+", required=True, help="one output directory per cell, in order")
     s.add_argument("--checkpoint", required=True, help="resumable checkpoint of the whole stack")
     s.add_argument("--code-digest", default="")
@@ -478,11 +493,18 @@ def _tools(sub) -> None:
     s.add_argument("files", nargs="+")
     s.set_defaults(func=cmd_check_config)
 
-    s = sub.add_parser("power", help="power of the claim-1 rule at m fitted models (per k, for one model per k)")
+    s = sub.add_parser("power", help="how often two independent runs give each deciding row the same word, at "
+                                     "multiples of a run's units (--claim1-models: claim 1's power at m models)")
     s.add_argument("--results", nargs="+", default=["results"],
-                   help="result directories whose sweeps are pooled; the first's config.yaml sets the test")
-    s.add_argument("--models", type=int, nargs="+", default=[4, 6, 8, 12, 16])
-    s.add_argument("--simulations", type=int, default=500)
+                   help="the run (for --claim1-models: result directories whose sweeps are pooled)")
+    s.add_argument("--factors", type=float, nargs="+", default=[0.5, 1.0, 2.0],
+                   help="units of the simulated runs, as multiples of the run's")
+    s.add_argument("--claim1-models", type=int, nargs="+", help="claim 1's power at these numbers of models")
+    s.add_argument("--simulations", type=int, default=100)
+    s.add_argument("--write", help="Markdown file whose block '<!-- power: RESULTS -->' ... '<!-- end power -->' "
+                                   "takes the table")
+    s.add_argument("--split-half", metavar="OUT", help="instead: the claim words of each half of the run's units, "
+                                                       "side by side, into this Markdown file")
     s.set_defaults(func=cmd_power)
 
 

@@ -118,6 +118,15 @@ def test_exact_match_without_spread_cannot_tell(tmp_path):
     assert rows[0]["result"] == "INCONCLUSIVE" and rows[0]["detail"].startswith("exact match spans less than 0.05")
 
 
+def test_six_perfectly_ordered_models_cannot_tell_at_the_registered_minimum(tmp_path, schema):
+    """Six models reach one-sided p <= 0.01 only when ordered perfectly (rho 0.89 does not), so
+    the schema's min_models (8) calls six INCONCLUSIVE, not a FAIL of a rho near 0.9."""
+    default = schema["properties"]["claims"]["properties"]["attention"]["properties"]["min_models"]["default"]
+    rows = _rows(tmp_path, lambda s: 0.5 + 0.05 * s, n_models=6, min_models=default)
+    assert rows[0]["result"] == "INCONCLUSIVE" and "6 fitted models; needs 8" in rows[0]["detail"]
+    assert _rows(tmp_path, lambda s: 0.5 + 0.05 * s, n_models=8, min_models=default)[0]["result"] == "PASS"
+
+
 def test_too_few_fitted_models_cannot_tell(tmp_path):
     rows = _rows(tmp_path, lambda s: 0.5 + 0.05 * s, n_models=4)
     assert rows[0]["result"] == "INCONCLUSIVE" and "4 fitted models; needs 5" in rows[0]["detail"]

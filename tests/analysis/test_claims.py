@@ -207,7 +207,7 @@ def test_per_length_rows_are_descriptive_not_verdicts():
 # -- claim 2 ------------------------------------------------------------------------------
 
 COUPLING = {"length_ratio": 2, "assignment_length_ratio": 2, "coupled_min": 0.9, "index_max": 0.1, "fit_min": 0.95,
-            "margin": 0.3, "match_tolerance": 0.05}
+            "min_fitted": 2, "closure_min": 0.5, "min_headroom": 0.1, "match_tolerance": 0.05}
 OPTS = {"rope": {"positions": "index", "position_head": "none"},
         "pose": {"positions": "index", "position_head": "none"},
         "pointer": {"positions": "index", "position_head": "pointer"},
@@ -240,12 +240,12 @@ def test_scratchpad_unfit_index_baseline_is_inconclusive_never_pass():
     rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc", "rope"])}, COUPLING, ST)
     assert verdicts(rows) == {"pc (pc) exact match, fitted seeds": "PASS",
                               "rope (index) exact match, fitted seeds": "INCONCLUSIVE"}
-    assert rows[-1]["detail"] == ("unfit at 1x: rope 0.05 (min 0.00); left out, unfit at 1x: seed0 0.00, seed1 0.05, "
+    assert rows[-1]["detail"] == ("unfit at 1x: rope 0 of 3; left out, unfit at 1x: seed0 0.00, seed1 0.05, "
                                   "seed2 0.20")
 
 
 def test_scratchpad_one_fitted_seed_of_three_is_no_fitted_scheme():
-    """rope fits in one seed of three (median 0.94): its row never rests on that one model."""
+    """rope fits in one seed of three, below min_fitted 2: its row never rests on that one model."""
     df = coupling_sweep("e2", {("pc", 10): [1, 1, 1], ("pc", 20): [1, 1, 1],
                                ("rope", 10): [0.91, 0.94, 1.0], ("rope", 20): [0.0, 0.0, 0.0]})
     rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc", "rope"])}, COUPLING, ST)
@@ -253,13 +253,29 @@ def test_scratchpad_one_fitted_seed_of_three_is_no_fitted_scheme():
 
 
 def test_scratchpad_compares_fitted_seeds_only_seed_by_seed():
-    """pose fits in two seeds of three (median fits): the unfit seed is left out, by name."""
+    """pose fits in two seeds of three (min_fitted 2): the unfit seed is left out, by name."""
     df = coupling_sweep("e2", {("pc", 10): [1, 1, 1], ("pc", 20): [1, 1, 1],
                                ("pose", 10): [1.0, 0.92, 1.0], ("pose", 20): [0.0, 0.6, 0.0]})
     rows = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc", "pose"])}, COUPLING, ST)
     row = rows[-1]
     assert row["result"] == "PASS" and row["n"] == 2 and row["value"] == 0.0
     assert row["detail"] == "per fitted seed 0.000, 0.000; left out, unfit at 1x: seed1 0.92"
+
+
+def test_a_baseline_that_fits_in_few_seeds_is_compared_once_enough_of_them_fit():
+    """pose fits in 4 of 9 seeds: a median over seeds called it unfit at any seed count; counted,
+    its 4 fitted seeds are a scheme (min_fitted 3), and 2 of 9 are not."""
+    nine = tuple(range(9))
+    fits = [1.0, 0.2, 1.0, 0.3, 0.99, 0.1, 0.97, 0.0, 0.5]
+    df = coupling_sweep("e2", {("pc", 10): [1] * 9, ("pc", 20): [1] * 9, ("pose", 10): fits,
+                               ("pose", 20): [0.0] * 9}, seeds=nine)
+    cfg = {**COUPLING, "min_fitted": 3}
+    row = coupling_checks(df, {"e2": info("scratchpad_parity", ["pc", "pose"])}, cfg, ST)[-1]
+    assert row["result"] == "PASS" and row["n"] == 4
+    few = df.assign(accuracy=np.where((df["scheme"] == "pose") & (df["length"] == 10) & (df["seed"] > 2), 0.0,
+                                      df["accuracy"]))
+    row = coupling_checks(few, {"e2": info("scratchpad_parity", ["pc", "pose"])}, cfg, ST)[-1]
+    assert row["result"] == "INCONCLUSIVE" and row["detail"].startswith("unfit at 1x: pose 2 of 9")
 
 
 def test_scratchpad_fitted_index_baseline_that_fails_at_2x_passes():
@@ -279,11 +295,13 @@ def test_scratchpad_straddling_interval_is_inconclusive_and_a_clear_miss_fails()
                               "ppc (ppc) exact match, fitted seeds": "FAIL"}
 
 
+CONTROL = "ppc against the copy-head control: share of its shortfall closed"
+PLAIN = "ppc against the best plain index scheme: share of its shortfall closed"
 E3 = {("ppc", 10): [1, 1, 0.99], ("ppc", 20): [0.95, 0.9, 0.97], ("pc", 10): [1, 1, 1], ("pc", 20): [0.96, 0.92, 0.97]}
 
 
-def e3_rows(extra, max_position=60):
-    """E3 trained to n = 10 and judged at 20 (92 tokens): IDs beyond max_position 60."""
+def e3_rows(extra, max_position=100):
+    """E3 trained to n = 10 and judged at 20 (92 tokens): IDs inside max_position 100."""
     df = coupling_sweep("e3", {**E3, **extra})
     schemes = sorted({s for s, _ in {**E3, **extra}})
     task = {**info("variable_assignment", schemes), "answer_format": "statements", "max_position": max_position,
@@ -294,11 +312,23 @@ def e3_rows(extra, max_position=60):
 def test_assignment_fitted_baselines_far_below_ppc_pass():
     rows = e3_rows({("rope", 10): [1, 0.97, 1], ("rope", 20): [0.3, 0.2, 0.25],
                     ("pointer", 10): [1, 1, 1], ("pointer", 20): [0.4, 0.35, 0.5]})
-    assert verdicts(rows) == {"ppc - copy-head control (pointer)": "PASS",
-                              "ppc - best plain index scheme (rope)": "PASS",
+    assert verdicts(rows) == {CONTROL + " (pointer)": "PASS", PLAIN + " (rope)": "PASS",
                               "ppc - pc (oracle IDs)": "PASS"}
     assert rows[0]["check"].startswith("e3 (statements answers) at n=10 (1x)")
-    assert rows[1]["detail"].startswith("training IDs 0-59 (max_position 60), test sequences to 92 tokens;")
+    assert rows[1]["detail"].startswith("training IDs 0-99 (max_position 100), test sequences to 92 tokens;")
+    ppc, pointer = np.mean([0.95, 0.9, 0.97]), np.mean([0.4, 0.35, 0.5])
+    assert rows[1]["value"] == pytest.approx((ppc - pointer) / (1 - pointer), abs=1e-4)
+
+
+def test_assignment_closing_part_of_a_strong_controls_shortfall_is_judged_on_its_interval():
+    """The control at 0.75 leaves 0.25: a ppc at 0.99 closes 0.96 of it (PASS) where a fixed
+    margin of 0.3 could never be met; a ppc at 0.80 closes 0.2 (FAIL); seeds that disagree
+    about it straddle closure_min (INCONCLUSIVE)."""
+    control = {("pointer", 10): [1, 1, 1], ("pointer", 20): [0.74, 0.76, 0.75]}
+    cases = {"PASS": [0.99, 0.99, 0.99], "FAIL": [0.8, 0.8, 0.8], "INCONCLUSIVE": [0.8, 1.0, 0.86]}
+    for want, ppc in cases.items():
+        row = next(r for r in e3_rows({**control, ("ppc", 20): ppc}) if CONTROL in r["check"])
+        assert row["result"] == want, (want, row)
 
 
 def test_assignment_fitted_control_as_good_as_ppc_fails():
@@ -306,15 +336,15 @@ def test_assignment_fitted_control_as_good_as_ppc_fails():
                     ("ppc", 20): [0.65, 0.6, 0.62], ("pc", 20): [0.65, 0.6, 0.62],
                     ("pointer", 10): [1, 1, 1], ("pointer", 20): [0.6, 0.58, 0.62]})
     got = verdicts(rows)
-    assert got["ppc - copy-head control (pointer)"] == "FAIL"
-    assert got["ppc - best plain index scheme"] == "INCONCLUSIVE"  # rope never fit: nothing to compare
+    assert got[CONTROL + " (pointer)"] == "FAIL"
+    assert got[PLAIN] == "INCONCLUSIVE"  # rope never fit: nothing to compare
 
 
 def test_assignment_control_at_ceiling_leaves_no_headroom_to_decide():
-    """The control at 0.94: even a perfect ppc could not beat it by the margin 0.3."""
+    """The control at 0.94 leaves less than min_headroom to close: the row cannot tell."""
     rows = e3_rows({("pointer", 10): [1, 1, 1], ("pointer", 20): [0.94, 0.92, 0.96]})
     row = next(r for r in rows if "copy-head control" in r["check"])
-    assert row["result"] == "INCONCLUSIVE" and "no headroom: pointer at 0.940 leaves 0.060" in row["detail"]
+    assert row["result"] == "INCONCLUSIVE" and "no headroom: pointer within 0.1 of exact match" in row["detail"]
     plain = next(r for r in rows if "plain index" in r["check"])
     assert plain["result"] == "N/A" and plain["detail"] == "no such scheme in this grid"
 
@@ -324,9 +354,9 @@ def test_assignment_judges_each_baseline_kind_apart():
     rows = e3_rows({("rope", 10): [0.2, 0.3, 0.3], ("rope", 20): [0.1, 0.1, 0.1],
                     ("pointer", 10): [1, 1, 1], ("pointer", 20): [0.4, 0.35, 0.5]})
     got = verdicts(rows)
-    assert got["ppc - copy-head control (pointer)"] == "PASS"
+    assert got[CONTROL + " (pointer)"] == "PASS"
     row = next(r for r in rows if "plain index" in r["check"])
-    assert row["result"] == "INCONCLUSIVE" and "unfit at 1x: rope 0.30 (min 0.20)" in row["detail"]
+    assert row["result"] == "INCONCLUSIVE" and "unfit at 1x (fitted seeds): rope 0 of 3" in row["detail"]
     assert np.isnan(row["value"])
 
 
@@ -335,16 +365,17 @@ def test_assignment_compares_fitted_seeds_only():
     rows = e3_rows({("pointer", 10): [1, 1, 0.5], ("pointer", 20): [0.4, 0.4, 1.0]})
     row = next(r for r in rows if "copy-head control" in r["check"])
     assert row["result"] == "PASS" and row["n"] == 5
-    assert row["value"] == pytest.approx(np.mean([0.95, 0.9, 0.97]) - 0.4)
+    assert row["value"] == pytest.approx((np.mean([0.95, 0.9, 0.97]) - 0.4) / 0.6, abs=1e-4)
     assert "pointer 0.400" in row["detail"]
 
 
-def test_assignment_inside_the_training_coverage_decides_nothing():
-    """Test sequences of 92 tokens when training IDs reached 99: the test asks for no unseen ID."""
-    rows = e3_rows({("pointer", 10): [1, 1, 1], ("pointer", 20): [0.4, 0.35, 0.5]}, max_position=100)
+def test_assignment_beyond_the_training_coverage_decides_nothing():
+    """Test sequences of 92 tokens when training IDs reached 59: the test asks for IDs no
+    training example had, which is ID extrapolation, not the claim."""
+    rows = e3_rows({("pointer", 10): [1, 1, 1], ("pointer", 20): [0.4, 0.35, 0.5]}, max_position=60)
     decided = [r for r in rows if r["result"] not in ("descriptive", "N/A")]
     assert decided and all(r["result"] == "INCONCLUSIVE" for r in decided)
-    assert all(r["detail"].startswith("inside training coverage: training IDs 0-99") for r in decided)
+    assert all(r["detail"].startswith("beyond training coverage: training IDs 0-59") for r in decided)
 
 
 def test_pc_sharing_the_copy_head_compares_nothing():
@@ -364,10 +395,10 @@ def test_assignment_at_the_other_test_lengths_gives_numbers_not_verdicts():
                     ("pointer", 15): [0.5, 0.5, 0.5], ("pointer", 20): [0.4, 0.35, 0.5]})
     at15 = [r for r in rows if "at n=15 (1.5x)" in r["check"]]
     checks = {r["check"].split(": ", 1)[1] for r in at15}
-    assert checks == {"ppc - copy-head control (pointer)", "ppc - pc (oracle IDs)"}
+    assert checks == {CONTROL + " (pointer)", "ppc - pc (oracle IDs)"}
     assert all(r["result"] == "descriptive" and r["threshold"] == "-" for r in at15)
     control = next(r for r in at15 if "copy-head" in r["check"])
-    assert control["value"] == pytest.approx(0.5) and control["detail"].startswith("training IDs 0-59")
+    assert control["value"] == pytest.approx(1.0) and control["detail"].startswith("training IDs 0-99")
 
 
 def test_coupling_without_the_2x_length_is_not_measured():
@@ -379,7 +410,7 @@ def test_coupling_without_the_2x_length_is_not_measured():
 # -- claim 3 ------------------------------------------------------------------------------
 
 
-LANGUAGE = {"greedy_k": 1, "recovered_min": 0.5, "null_margin": 0.25, "short_coupled": True, "min_models": 3,
+LANGUAGE = {"greedy_k": 1, "recovered_min": 0.5, "null_share": 0.25, "short_coupled": True, "min_models": 3,
             "min_documents": 3}
 
 
@@ -409,11 +440,12 @@ def results_of(rows) -> list[str]:
 
 def test_claim_3_clear_advantages_pass_on_hierarchical_intervals():
     rows = language_checks(scores(), LANGUAGE, ST)
-    assert [r["check"].split(":")[0] for r in rows] == ["greedy k=1", "greedy - null control at k=1",
+    assert [r["check"].split(":")[0] for r in rows] == ["greedy k=1", "greedy - null control at k=1, beyond 0.25 "
+                                                         "of the null's headroom",
                                                          "attention - random at k=1", "short model"]
     assert results_of(rows) == ["PASS"] * 4
     assert rows[0]["value"] == pytest.approx(0.8) and rows[0]["n"] == 3  # n: model pairs
-    assert rows[1]["ci_low"] > 0.6 and rows[2]["ci_low"] > 0.1
+    assert rows[1]["ci_low"] > 0.4 and rows[2]["ci_low"] > 0.1  # 0.7 - 0.25 x 0.9 per token
     assert "3 model pairs, 4 documents (at least 4 per pair), 300 tokens" in rows[0]["detail"]
     assert "per model 0.800 to 0.800" in rows[0]["detail"]
     hard = language_checks(scores(), {**LANGUAGE, "recovered_min": 0.9, "short_coupled": False}, ST)
@@ -427,7 +459,21 @@ def test_claim_3_greedy_no_better_than_its_null_control_fails():
     df["L_null_1"] = df["L_greedy_1"] + np.random.default_rng(1).normal(0, 0.05, len(df)) * df["gap"]
     rows = language_checks(df, LANGUAGE, ST)
     assert results_of(rows)[:2] == ["PASS", "FAIL"]
-    assert abs(rows[1]["value"]) < 0.05 and rows[1]["ci_high"] < LANGUAGE["null_margin"]
+    assert rows[1]["ci_high"] <= 0  # greedy - null near 0, below a quarter of the null's headroom (0.05)
+
+
+def test_claim_3_the_null_margin_scales_with_the_nulls_headroom():
+    """A null that recovers 0.9 leaves 0.1: greedy at 0.99 adds 0.09, which a fixed margin of
+    0.25 could never see and the scaled one (0.025) does (PASS); greedy 0.01 above the null does
+    not (FAIL); pairs that disagree about it straddle (INCONCLUSIVE)."""
+    df = scores()
+    rng = np.random.default_rng(2)
+    df["L_null_1"] = df["L_short"] - rng.uniform(0.88, 0.92, len(df)) * df["gap"]
+    for want, greedy in (("PASS", 0.99), ("FAIL", 0.91)):
+        row = language_checks(df.assign(L_greedy_1=df["L_short"] - greedy * df["gap"]), LANGUAGE, ST)[1]
+        assert row["result"] == want, (want, row)
+    split = df.assign(L_greedy_1=df["L_short"] - np.where(df["seed"] == 0, 0.9, 0.99) * df["gap"])
+    assert language_checks(split, LANGUAGE, ST)[1]["result"] == "INCONCLUSIVE"
 
 
 def test_claim_3_one_model_pair_is_inconclusive_never_pass():
@@ -597,14 +643,14 @@ def test_power_draws_from_the_points_the_scorecard_tests():
     from lengthgen.analysis import power
 
     counts = []
-    for run in ("results", "results-replicate"):
+    for run in ("results", "results-confirm"):
         points, cfg = power.observed_points([REPO / run])
         scorecard = pd.read_csv(REPO / run / "tables/claims.csv")
         trend = scorecard[scorecard["check"].str.contains("falls with k") & (scorecard["result"] != "descriptive")]
         n = {row.check.split(":")[0]: row.n for row in trend.itertuples()}
         assert points.groupby("scheme").size().to_dict() == n and cfg["stats"]["alpha"] == 0.01
         counts.append(len(points))
-    both, _ = power.observed_points([REPO / "results", REPO / "results-replicate"])
+    both, _ = power.observed_points([REPO / "results", REPO / "results-confirm"])
     assert len(both) == sum(counts)
 
 
@@ -631,7 +677,7 @@ def test_fit_is_judged_in_a_grid_without_e1():
 
 @pytest.mark.workflow
 @pytest.mark.subprocess
-@pytest.mark.parametrize("run", ["results", "results-replicate"])
+@pytest.mark.parametrize("run", ["results", "results-confirm"])
 def test_the_committed_scorecard_is_what_todays_claims_code_makes_of_the_committed_tables(tmp_path, run):
     """The claims rule's own command (from a dry run), rerun on a copy of the committed tables:
     the scorecard comes out byte for byte, so no edit of the statistics (scipy's tests in place
@@ -644,7 +690,7 @@ def test_the_committed_scorecard_is_what_todays_claims_code_makes_of_the_committ
 
     copy_workflow(tmp_path)
     shutil.copytree(REPO / run / "tables", tmp_path / run / "tables")
-    configfile = [] if run == "results" else ["--configfile", "config/replicate.yaml"]
+    configfile = [] if run == "results" else ["--configfile", "config/confirm.yaml"]
     plan = run_snakemake(tmp_path, "-n", "-p", "--cores", "1", *configfile, "--forcerun", "claims", "--until",
                          "claims", timeout=120)
     command = next(line for line in plan.stdout.splitlines() if "python -m lengthgen claims" in line)

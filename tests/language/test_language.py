@@ -192,7 +192,7 @@ def test_eligible_positions_have_history_in_their_own_document():
 
 
 def test_language_seeds_take_the_seed_offset_and_the_old_key_is_named():
-    """The replicate's seed_offset moves every pair of language models to fresh seeds; each pair's
+    """The confirmatory grid's seed_offset moves every pair of language models to fresh seeds; each pair's
     models carry their own identity; `language.seed` (one pair) is refused by name."""
     from pathlib import Path
 
@@ -202,12 +202,12 @@ def test_language_seeds_take_the_seed_offset_and_the_old_key_is_named():
     root = Path(__file__).resolve().parents[2]
     schema = config.load_yaml(root / "workflow/schemas/config.schema.yaml")
     base = config.load_yaml(root / "config.yaml")
-    replicate = config.validate({**base, **config.load_yaml(root / "config/replicate.yaml")}, schema)
+    confirm = config.validate(config._deep_merge(base, config.load_yaml(root / "config/confirm.yaml")), schema)
     assert config.validate(base, schema)["language"]["seeds"] == [0, 1, 2]
-    assert replicate["language"]["seeds"] == [200, 201, 202]
-    assert config.lm_slice(replicate, "short", 201)["seed"] == 201
-    assert config.influence_slice(replicate, 201)["seed"] == 201
-    assert len({config.lm_token(replicate, "long", s) for s in replicate["language"]["seeds"]}) == 3
+    assert confirm["language"]["seeds"] == list(range(1000, 1012))
+    assert config.lm_slice(confirm, "short", 1001)["seed"] == 1001
+    assert config.influence_slice(confirm, 1001)["seed"] == 1001
+    assert len({config.lm_token(confirm, "long", s) for s in confirm["language"]["seeds"]}) == 12
     with pytest.raises(UserError, match=r"^config.language.seed: now language.seeds, a list"):
         config.validate({**base, "language": {**base["language"], "seed": 0}}, schema)
 

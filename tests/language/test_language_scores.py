@@ -48,7 +48,7 @@ def test_a_pairs_table_of_another_seed_stops_in_one_line(tmp_path):
         scores.collect([tmp_path / "seed0.parquet"], [0])
 
 
-@pytest.mark.parametrize("results", ["results", "results-replicate"])
+@pytest.mark.parametrize("results", ["results", "results-confirm"])
 def test_committed_claim_3_rows_recompute_from_the_committed_scores(results):
     """The committed scorecard's claim-3 rows, recomputed from the committed per-token table
     with the run's own claims config (its config.yaml): a table or scorecard edited, regenerated

@@ -15,11 +15,11 @@ def test_generated_blocks_match_the_committed_tables(repo, name):
     assert docblocks.render(text, repo) == text, f"{name}: run python -m lengthgen.reporting.docblocks {name}"
 
 
-def test_results_md_quotes_the_default_and_the_replicate_from_blocks(repo):
+def test_results_md_quotes_the_default_and_the_confirmatory_run_from_blocks(repo):
     blocks = docblocks.BLOCK.findall((repo / "docs/results.md").read_text())
     assert {(name, results) for _, name, results, _, _ in blocks} >= {
         ("e1-means", "results"), ("claim1", "results"), ("claim-words", "results"),
-        ("claim-words", "results-replicate"), ("scale", "results-scale"), ("needle", "results-scale")}
+        ("claim-words", "results-confirm"), ("scale", "results-scale"), ("needle", "results-scale")}
 
 
 def test_a_block_is_rewritten_and_an_unknown_one_is_named(repo, tmp_path):

@@ -1,4 +1,12 @@
-"""Seeds by power: how many models the claim-1 rule needs to reach its verdict.
+"""Units by power: how many models (and data draws) each deciding row needs to reach the same
+word in two independent runs.
+
+`agreement` (every deciding row): a simulated independent run draws the run's units with
+replacement (a model seed with its own training and test draws; an E4 pair of language
+models), recomputes the whole scorecard with the registered rules, and counts each row's word;
+two runs agree with probability sum(p_word^2).
+
+Claim 1's power (below, `power`):
 
 From runs already made, each scheme's fitted models and their claim-1 points (one per k). A
 simulated replication draws m models with replacement from those observed (a model trained on
@@ -10,6 +18,7 @@ the power at m is the share of replications that PASS.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -71,3 +80,170 @@ def table(points: pd.DataFrame, ms: list[int], cfg: dict, n_sim: int = 200, n_pe
     rows = [{"scheme": scheme, "models": m, "power": power(g, m, cfg, n_sim, n_perm)}
             for scheme, g in points.groupby("scheme", sort=True) for m in ms]
     return pd.DataFrame(rows)
+
+
+# -- every deciding row: same-word agreement between two independent runs ----------------------
+
+WORDS = (claims.PASS, claims.FAIL, claims.INCONCLUSIVE)
+
+
+class Run:
+    """A run's tables as the scorecard reads them, and what it judges them with (its own
+    recorded config.yaml). Its units: each task's model seeds (a seed with its own training and
+    test draws, under train_sets: per_seed) and E4's pairs of language models."""
+
+    def __init__(self, results_dir, plan_of):
+        """`plan_of(config)`: which tasks each claim is judged on (lengthgen.plan.claims_plan)."""
+        from lengthgen.analysis import attention as attention_report
+        from lengthgen.analysis.scorecard import language_scores
+
+        root = Path(results_dir)
+        cfg = yaml.safe_load(_read(root / "config.yaml"))
+        self.claims = rules_for(cfg["claims"])
+        self.kinds = {t["name"]: t["kind"] for t in cfg["tasks"]}
+        self.plan = plan_of(cfg)
+        self.sweep = read_sweep(root / "tables/length_sweep.csv")
+        scores, attention = root / "tables/language_scores.csv", root / "tables/attention.csv"
+        self.scores = language_scores.read(scores) if cfg.get("language") and scores.exists() else None
+        self.models = (attention_report.per_model(attention_report.read(attention))
+                       if cfg.get("attention") and attention.exists() else None)
+        self.units = {task: sorted(g["seed"].unique()) for task, g in self.sweep.groupby("task")}
+        if self.scores is not None:
+            self.units["E4 pairs"] = sorted(self.scores["seed"].unique())
+
+    def rows(self, st: dict, sweep=None, scores=None, models=None) -> list[dict]:
+        """The scorecard's rows of these (or the given) tables."""
+        from lengthgen.analysis.scorecard import judge
+
+        cfg = {**self.claims, "stats": st}
+        return judge(self.sweep if sweep is None else sweep, self.scores if scores is None else scores,
+                     self.models if models is None else models, self.plan["sparse_tasks"], self.plan["train_max"],
+                     self.plan["coupling"], cfg)
+
+    def words(self, st: dict, sweep=None, scores=None, models=None) -> dict:
+        """{check: result} of the deciding rows of the scorecard of these (or the given) tables."""
+        return {_key(r): r["result"] for r in self.rows(st, sweep, scores, models) if r["result"] in WORDS}
+
+    def half(self, which: int) -> tuple:
+        """The tables of the first (0) or second (1) half of each task's units and of E4's pairs,
+        in seed order: two runs that share nothing but the design."""
+        picks = {name: units[which * (len(units) // 2): (which + 1) * (len(units) // 2) or None]
+                 for name, units in self.units.items()}
+        sweep = self.sweep[[seed in picks[t] for t, seed in zip(self.sweep["task"], self.sweep["seed"], strict=True)]]
+        models = None if self.models is None else self.models[
+            [seed in picks.get(t, []) for t, seed in zip(self.models["task"], self.models["seed"], strict=True)]]
+        scores = None if self.scores is None else self.scores[self.scores["seed"].isin(picks["E4 pairs"])]
+        return sweep, scores, models
+
+    def resampled(self, factor: float, rng: np.random.Generator) -> tuple:
+        """One simulated independent run: round(factor x units) units of each task (and of E4's
+        pairs) drawn with replacement, each keeping all its rows (every scheme of a seed shares
+        its draw, so paired comparisons stay paired), relabelled as distinct units."""
+        picks = {name: rng.choice(units, size=max(1, round(factor * len(units)))) for name, units in self.units.items()}
+        sweep = _relabel(self.sweep, picks, "task")
+        models = None if self.models is None else _relabel(self.models, picks, "task")
+        scores = None
+        if self.scores is not None:
+            scores = _relabel(self.scores.assign(_unit="E4 pairs"), picks, "_unit").drop(columns="_unit")
+        return sweep, scores, models
+
+
+def rules_for(recorded: dict) -> dict:
+    """The rules a run is judged by: those it recorded, or, for a run that predates today's
+    registered rules (its claims section fails today's schema), today's (config.yaml's)."""
+    from lengthgen.support import schema
+
+    try:
+        return schema.section("claims", recorded)
+    except UserError:
+        today = yaml.safe_load(_read(Path(__file__).parents[3] / "config.yaml"))["claims"]
+        return schema.section("claims", today)
+
+
+def _read(path: Path) -> str:
+    if not path.exists():
+        raise UserError(f"{path}: no such file; run the grid first (it records its config beside its tables)")
+    return path.read_text(encoding="utf-8")
+
+
+def _key(row: dict) -> str:
+    """A row's check without the best baseline it happened to name, so replications compare."""
+    return re.sub(r" \([a-z_0-9]+\)$", "", row["check"])
+
+
+def _relabel(df: pd.DataFrame, picks: dict, by: str) -> pd.DataFrame:
+    """The rows of the picked seeds of each group `by`, the i-th pick relabelled seed i."""
+    parts = []
+    for name, g in df.groupby(by, sort=False):
+        seeds = g.groupby("seed")
+        parts += [seeds.get_group(seed).assign(seed=i) for i, seed in enumerate(picks.get(name, []))]
+    return pd.concat(parts, ignore_index=True)
+
+
+def agreement(run: Run, factors: list[float], n_sim: int = 100, n_perm: int = 1000,
+              n_boot: int = 1000) -> pd.DataFrame:
+    """Per deciding row and unit factor: how often each word comes out of `n_sim` simulated runs,
+    and the probability that two independent runs give the same word (sum of squares)."""
+    st = {**run.claims["stats"], "n_perm": n_perm, "n_boot": n_boot}
+    observed = run.words(run.claims["stats"])
+    rng = np.random.default_rng(st["seed"])
+    rows = []
+    for factor in factors:
+        counts = {check: dict.fromkeys(WORDS, 0) for check in observed}
+        for i in range(n_sim):
+            words = run.words({**st, "seed": st["seed"] + i}, *run.resampled(factor, rng))
+            for check in observed:
+                counts[check][words.get(check, claims.INCONCLUSIVE)] += 1
+        for check, c in counts.items():
+            p = {w: c[w] / n_sim for w in WORDS}
+            rows.append({"check": check, "observed": observed[check], "factor": factor,
+                         **{f"p_{w.lower()}": p[w] for w in WORDS}, "agreement": sum(v * v for v in p.values())})
+    return pd.DataFrame(rows)
+
+
+def agreement_table(run: Run, table: pd.DataFrame, target: float = 0.9) -> str:
+    """The Markdown table: per deciding row, its units in the run, the agreement at each factor,
+    and the units it needs for `target` (or that the factors tried do not reach it)."""
+    factors = sorted(table["factor"].unique())
+    lines = ["| check | word | units | " + " | ".join(f"agreement at {f:g}x" for f in factors) + " | needs |",
+             "|---|---|---|" + "---|" * len(factors) + "---|"]
+    for check, g in table.groupby("check", sort=False):
+        g = g.set_index("factor")
+        units = _units(run, check)
+        reached = [f for f in factors if g.loc[f, "agreement"] >= target]
+        needs = f"{round(reached[0] * units)}" if reached else f"more than {round(factors[-1] * units)}"
+        cells = " | ".join(f"{g.loc[f, 'agreement']:.2f}" for f in factors)
+        lines.append(f"| {check} | {g.iloc[0]['observed']} | {units} | {cells} | {needs} |")
+    return "\n".join(lines)
+
+
+def _units(run: Run, check: str) -> int:
+    """The units a row rests on: E4's pairs for claim 3; for a claim-1 row (it names a scheme)
+    the seeds of claim 1's tasks; for the attention analysis, of its experiment's tasks; else of
+    the task the row names."""
+    if check.startswith(("greedy", "attention - random", "short model")):
+        return len(run.units.get("E4 pairs", []))
+    kind = {"E1": "sparse_parity", "E2": "scratchpad_parity", "E3": "variable_assignment"}.get(check.split(" ")[0])
+    if kind:
+        tasks = [t for t, k in run.kinds.items() if k == kind]
+    else:
+        tasks = [t for t in run.units if check.startswith(f"{t} ")] or run.plan["sparse_tasks"]
+    return max(len(run.units.get(t, [])) for t in tasks)
+
+
+def split_half(run: Run) -> str:
+    """Markdown: each claim's word on the whole run and on each half of its units, then the
+    deciding rows whose word differs between the halves."""
+    st = run.claims["stats"]
+    whole, halves = run.rows(st), [run.rows(st, *run.half(i)) for i in (0, 1)]
+    claim_names = sorted({r["claim"] for r in whole})
+    lines = ["| claim | whole run | first half | second half |", "|---|---|---|---|"]
+    lines += [f"| {claims.heading(c)} | " + " | ".join(claims.verdict(rows, c) for rows in (whole, *halves)) + " |"
+              for c in claim_names]
+    words = [{_key(r): r["result"] for r in rows if r["result"] in WORDS} for rows in halves]
+    differ = [(k, words[0][k], words[1].get(k, "-")) for k in words[0] if words[1].get(k) != words[0][k]]
+    lines += ["", f"Deciding rows whose word differs between the halves: {len(differ)}."]
+    if differ:
+        lines += ["", "| check | first half | second half |", "|---|---|---|"]
+        lines += [f"| {k} | {a} | {b} |" for k, a, b in differ]
+    return "\n".join(lines)
