@@ -1,0 +1,77 @@
+"""Units by power: every deciding row's same-word agreement between two simulated independent
+runs (units resampled whole), and the split-half check of a run's claim words."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from lengthgen import config, plan
+from lengthgen.analysis import power
+
+
+def _run(tmp_path, schema, effects: dict, seeds: int = 12, spread: float = 0.02):
+    """A results directory of one E1 task trained on a mixture of k = 1..3 to n = 10, tested at
+    10, 20 and 40: per scheme, accuracy beyond training falls by `effects[scheme]` from k = 1 to
+    k = 3, each model's fall drawn around it with sd `spread`."""
+    given = {"tasks": [{"name": "t", "kind": "sparse_parity", "schemes": sorted(effects),
+                        "seeds": list(range(seeds)), "eval": {"lengths": [10, 20, 40]},
+                        "params": {"k": 3, "k_mode": "mixture", "n_min": 4, "n_max": 10}}],
+             "schemes": {s: {"encoding": "rope"} for s in effects}, "language": None, "attention": None}
+    cfg = config.validate(given, schema)
+    cfg["claims"]["stats"].update(n_boot=400, n_perm=400)
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    rng, rows = np.random.default_rng(0), []
+    for scheme, effect in effects.items():
+        for seed in range(seeds):
+            fall = effect + rng.normal(0, spread)
+            for k in (1, 2, 3):
+                for n in (10, 20, 40):
+                    acc = 1.0 if n == 10 else float(np.clip(0.9 - fall * (k - 1) / 2, 0, 1))
+                    rows.append({"task": "t", "scheme": scheme, "seed": seed, "length": n, "k": k, "depth": pd.NA,
+                                 "examples": 500, "accuracy": acc})
+    pd.DataFrame(rows).to_csv(tmp_path / "tables/length_sweep.csv", index=False)
+    return power.Run(tmp_path, plan.claims_plan)
+
+
+def test_a_clear_row_agrees_and_a_row_at_its_floor_does_not(tmp_path, schema):
+    """A fall of 0.4 (floor 0.1) gives PASS in every simulated run; a fall at the floor, with a
+    spread between models, gives PASS and INCONCLUSIVE by turns: agreement well below 0.9."""
+    run = _run(tmp_path, schema, {"rope": 0.4, "alibi": 0.1}, spread=0.08)
+    table = power.agreement(run, [1.0], n_sim=20, n_perm=200, n_boot=200)
+    by = table.set_index(table["check"].str.split(":").str[0])
+    assert by.loc["rope", "agreement"] == 1.0 and by.loc["rope", "p_pass"] == 1.0
+    assert by.loc["alibi", "agreement"] < 0.9
+    assert np.allclose(table[["p_pass", "p_fail", "p_inconclusive"]].sum(axis=1), 1.0)
+    text = power.agreement_table(run, table)
+    assert "| 12 | 1.00 | 12 |" in text and "more than 12" in text
+
+
+def test_resampled_units_keep_each_seeds_rows_together(tmp_path, schema):
+    run = _run(tmp_path, schema, {"rope": 0.4, "alibi": 0.1})
+    sweep, _, _ = run.resampled(2.0, np.random.default_rng(1))
+    assert sorted(sweep["seed"].unique()) == list(range(24))
+    per_unit = sweep.groupby("seed")["scheme"].nunique()
+    assert (per_unit == 2).all()  # every scheme of a drawn seed came with it: pairs stay paired
+
+
+def test_the_split_half_check_names_the_rows_whose_halves_disagree(tmp_path, schema):
+    run = _run(tmp_path, schema, {"rope": 0.4})
+    text = power.split_half(run)
+    assert "| claim 1 sparsity | reproduced (1 PASS) | reproduced (1 PASS) | reproduced (1 PASS) |" in text
+    assert "differs between the halves: 0." in text
+
+
+def test_a_run_without_its_config_is_named(tmp_path):
+    with pytest.raises(power.UserError, match="config.yaml: no such file; run the grid first"):
+        power.Run(tmp_path, plan.claims_plan)
+
+
+def test_the_table_goes_into_its_block_and_a_missing_block_is_named(tmp_path):
+    doc = tmp_path / "protocol.md"
+    doc.write_text("a\n<!-- power: results -->\nold\n<!-- end power -->\nb\n")
+    power.write_block(doc, "results", "| new |")
+    assert doc.read_text() == "a\n<!-- power: results -->\n| new |\n<!-- end power -->\nb\n"
+    with pytest.raises(power.UserError, match="no block '<!-- power: results-confirm -->'"):
+        power.write_block(doc, "results-confirm", "x")
