@@ -28,6 +28,7 @@ import yaml
 from lengthgen.analysis import claims
 from lengthgen.analysis.aggregate import read_sweep
 from lengthgen.support.errors import UserError
+from lengthgen.support.fileio import write_text
 
 
 def observed_points(results_dirs: list) -> tuple[pd.DataFrame, dict]:
@@ -247,3 +248,13 @@ def split_half(run: Run) -> str:
         lines += ["", "| check | first half | second half |", "|---|---|---|"]
         lines += [f"| {k} | {a} | {b} |" for k, a, b in differ]
     return "\n".join(lines)
+
+
+def write_block(path, results_dir: str, text: str) -> None:
+    """Put `text` between `<!-- power: RESULTS_DIR -->` and `<!-- end power -->` in `path`."""
+    doc = Path(path).read_text(encoding="utf-8")
+    start, end = f"<!-- power: {results_dir} -->\n", "<!-- end power -->"
+    if start not in doc or end not in doc.split(start, 1)[1]:
+        raise UserError(f"{path}: no block '{start.strip()}' ... '{end}' to write the table into")
+    head, rest = doc.split(start, 1)
+    write_text(path, head + start + text + "\n" + end + rest.split(end, 1)[1])
