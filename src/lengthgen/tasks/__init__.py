@@ -28,8 +28,8 @@ from types import ModuleType
 
 from lengthgen.support.errors import UserError
 
-# Every module of this package is a task kind, found by listing the package rather than named
-# here: adding a task then edits no file that another task's code digest holds
+# Every module of this package not named with `_` is a task kind, found by listing the package
+# rather than named here: adding a task then edits no file that another task's code digest holds
 # (lengthgen.support.digest), so the other tasks' cells stay cached.
 REGISTRY: dict[str, ModuleType] = {
     m.name: importlib.import_module(f"{__name__}.{m.name}")
