@@ -127,7 +127,7 @@ def cmd_aggregate_attention(a) -> None:
 
 
 def cmd_figure_attention(a) -> None:
-    from lengthgen.analysis import attention as attention_report
+    from lengthgen.reporting import attention as attention_report
 
     attention_report.figure(a.csv, a.kinds, a.out)
 

@@ -69,6 +69,7 @@ STAGES = {
     "evaluate": "evaluation.sweep",
     "attention": "evaluation.attention",
     "attention_report": "analysis.attention",
+    "attention_figure": "reporting.attention",
     "language_attention": "language.attention",
     "aggregate": "analysis.aggregate",
     "claims": "analysis.scorecard",
