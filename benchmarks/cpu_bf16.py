@@ -78,5 +78,5 @@ def run(opts: Options) -> Section:
                             ("runs", "runs"), ("steps_per_run", "steps/run")])
     note = (f"Native bf16 here: {', '.join(native)}. `lm._step` at each size, fp32 against bf16 autocast "
             "(the softmax and loss stay fp32, as under CUDA), runs alternating, median of each run's median "
-            "step. The pipeline keeps CPU training in fp32: see docs/performance.md for why.")
+            "step. The pipeline keeps CPU training in fp32: see docs/performance-archive.md for why.")
     return Section(NAME, TITLE, rows, note + "\n\n" + table)

@@ -273,7 +273,7 @@ def test_a_checkpoint_on_a_full_disk_names_the_checkpoint(tmp_path, monkeypatch)
     save_tensors serializes in memory, so the write's OSError names the checkpoint."""
     import pathlib
 
-    from lengthgen.training.optim import save_tensors
+    from lengthgen.model.checkpoint import save_tensors
 
     def full(self, data):
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -11,7 +11,8 @@ from conftest import PYTHON, venv_env
 from lengthgen.analysis.verdict import main as verdict_main
 from lengthgen.analysis.verdict import verdict_table
 
-DOCS = ("README.md", "docs/protocol.md", "docs/results.md", "docs/performance.md", "docs/design.md")
+DOCS = ("README.md", "docs/protocol.md", "docs/results.md", "docs/performance.md", "docs/design.md",
+        "docs/protocol-history.md", "docs/performance-archive.md")
 
 
 def _claims(repo) -> list[dict]:
@@ -72,6 +73,27 @@ def test_relative_links_point_at_files(repo, name):
     path = repo / name
     for target in re.findall(r"\]\(([^)#:]+)\)", path.read_text()):
         assert (path.parent / target).exists(), (name, target)
+
+
+def _anchors(text: str) -> set[str]:
+    """The anchors a markdown renderer gives a file's headings: lower case, punctuation dropped,
+    spaces as hyphens."""
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
+@pytest.mark.parametrize("name", DOCS)
+def test_links_to_a_section_find_its_heading(repo, name):
+    path = repo / name
+    for target, anchor in re.findall(r"\]\(([^)#:]*)#([^)]+)\)", path.read_text()):
+        linked = path.parent / target if target else path
+        assert anchor in _anchors(linked.read_text()), (name, target, anchor)
+
+
+def test_anchors_are_the_headings_as_a_renderer_writes_them():
+    assert "history-of-the-claim-1-rule" in _anchors("## History of the claim-1 rule\n")
+    assert "earlier-power-estimates-fixed-k-e1-rule-c" in _anchors("### Earlier power estimates (fixed-k E1, rule C)\n")
+    assert "seeds-by-power" not in _anchors("## History of the claim-1 rule\n")
 
 
 def test_license_and_citation_name_the_project_and_the_paper(repo):

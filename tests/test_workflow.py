@@ -107,8 +107,8 @@ def test_smoke_attention_table_covers_every_cell_and_length(smoke_run):
 
 
 def test_smoke_language_tables_figures_and_claim_3(smoke_run):
+    from lengthgen.analysis import language_scores
     from lengthgen.analysis.claims import language_checks
-    from lengthgen.language import scores as language_scores
 
     cfg = yaml.safe_load((smoke_run / "config/smoke.yaml").read_text())["language"]
     seeds, targets = cfg["seeds"], cfg["influence"]["targets"]

@@ -127,7 +127,7 @@ def cmd_aggregate_attention(a) -> None:
 
 
 def cmd_figure_attention(a) -> None:
-    from lengthgen.analysis import attention as attention_report
+    from lengthgen.reporting import attention as attention_report
 
     attention_report.figure(a.csv, a.kinds, a.out)
 
@@ -227,14 +227,14 @@ def cmd_score(a) -> None:
 
 
 def cmd_influence_report(a) -> None:
-    from lengthgen.language import report
+    from lengthgen.reporting import language as report
 
     report.run(a.scores, dict(a.train_logs), a.config, a.csv, a.train_csv,
                dict(zip(("gap", "recovered", "short_model"), a.figures, strict=True)))
 
 
 def cmd_language_scores(a) -> None:
-    from lengthgen.language import scores
+    from lengthgen.analysis import language_scores as scores
 
     if len(a.seeds) != len(a.scores):
         raise UserError(f"--seeds: {len(a.seeds)} seeds for {len(a.scores)} score tables")

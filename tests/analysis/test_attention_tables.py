@@ -9,6 +9,7 @@ import pytest
 from lengthgen.analysis import attention as attention_report
 from lengthgen.analysis import claims
 from lengthgen.analysis.verdict import verdict_table
+from lengthgen.reporting import attention as attention_figure
 from lengthgen.support.fileio import write_parquet
 
 LENGTHS = (12, 96)
@@ -83,7 +84,7 @@ def test_figure_is_drawn(table, tmp_path, with_language):
         parts = [*sorted(tmp_path.glob("*.parquet")), _language(tmp_path / "lang.parquet")]
         attention_report.aggregate(parts, csv)
     out = tmp_path / "attention.png"
-    attention_report.figure(csv, {"parity_k1": "sparse_parity", "assign": "variable_assignment"}, out)
+    attention_figure.figure(csv, {"parity_k1": "sparse_parity", "assign": "variable_assignment"}, out)
     assert out.stat().st_size > 10_000
 
 

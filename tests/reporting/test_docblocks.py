@@ -6,7 +6,8 @@ import pytest
 from lengthgen.reporting import docblocks
 from lengthgen.support.errors import UserError
 
-DOCS = ["docs/results.md", "docs/protocol.md", "docs/performance.md", "docs/design.md"]
+DOCS = ["docs/results.md", "docs/protocol.md", "docs/performance.md", "docs/design.md",
+        "docs/protocol-history.md", "docs/performance-archive.md"]
 
 
 @pytest.mark.parametrize("name", DOCS)

@@ -70,12 +70,18 @@ def _stages() -> dict[str, str]:
     ("training/train.py", {"train", "train_stack"}),
     ("evaluation/attention.py", {"attention"}),
     ("language/attention.py", {"language_attention"}),
-    ("analysis/attention.py", {"attention_report", "claims"}),
+    ("analysis/attention.py", {"attention_report", "attention_figure", "claims"}),
+    ("reporting/attention.py", {"attention_figure"}),
     ("language/influence.py", {"influence", "language_attention"}),
-    ("language/report.py", {"language_report"}),
-    ("language/scores.py", {"language_scores", "claims"}),
+    ("reporting/language.py", {"language_report"}),
+    ("analysis/language_summary.py", {"language_report"}),
+    ("analysis/language_scores.py", {"language_scores", "claims"}),
     ("reporting/figures.py", {"figures"}),
     ("tasks/sparse_parity.py", {"data", "train", "train_stack", "evaluate", "attention"}),
+    ("tasks/_common.py", {"data", "train", "train_stack", "evaluate", "attention"}),
+    ("model/checkpoint.py", {"train", "train_stack", "evaluate", "attention", "language", "influence",
+                             "language_attention"}),
+    ("training/optim.py", {"train", "train_stack", "language", "influence", "language_attention"}),
 ])
 def test_an_edit_changes_exactly_the_digests_of_the_stages_that_import_it(relpath, expected):
     """For a sparse-parity cell (a task module counts for its own task's cells only)."""

@@ -17,6 +17,7 @@ from lengthgen import config as lgconfig
 from lengthgen import datasets, tasks
 from lengthgen.support.errors import UserError
 from lengthgen.tasks import needle as nd
+from lengthgen.tasks._common import train_ks
 
 BOS, SEP, QUERY, DIGIT = 1, 2, 3, 4
 SCHEMA = lgconfig.load_yaml(REPO / "workflow/schemas/config.schema.yaml")
@@ -144,7 +145,7 @@ def test_answers_recomputed_from_the_tokens(params):
             hay, query, value_of, y = _parse(t, params)
             assert len(hay) == n and len(query) == k and len(value_of) == k + t_extra
             assert y == _expected_answer(t, params)
-    assert set(train["k"].tolist()) == set(nd.train_ks(params))
+    assert set(train["k"].tolist()) == set(train_ks(params))
     assert set(train["length"].tolist()) == set(range(params["n_min"], params["n_max"] + 1))
 
 

@@ -54,7 +54,7 @@ def test_vocab_ids():
 def test_literal_example():
     """n=4, bits 1 0 1 1, planted at 0 and 2: body "1* 0 1* 1", y = 1 xor 1 = 0."""
     rng = ScriptedRng(bits=[[1, 0, 1, 1]], scores=[[0.1, 0.9, 0.2, 0.8]], offset=[[0]])
-    tokens = sp._block(4, 2, 1, None, rng)
+    tokens = sp._block(4, 2, 1, {"locality": None}, rng)
     #                  BOS  1*     0     1*     1    SEP  y=0
     expected = np.array([[BOS, PONE, ZERO, PONE, ONE, SEP, ZERO]], dtype=np.int16)
     assert tokens.dtype == np.int16
@@ -70,7 +70,7 @@ def test_literal_example_odd_parity_and_planted_zero():
         scores=[[0.9, 0.1, 0.8, 0.2, 0.3], [0.1, 0.2, 0.3, 0.8, 0.9]],
         offset=[[0], [0]],
     )
-    tokens = sp._block(5, 3, 2, None, rng)
+    tokens = sp._block(5, 3, 2, {"locality": None}, rng)
     expected = np.array(
         [
             [BOS, ZERO, PONE, ONE, PZERO, PONE, SEP, ZERO],
@@ -84,7 +84,7 @@ def test_literal_example_odd_parity_and_planted_zero():
 def test_literal_example_locality_window():
     """n=6, locality 3, window offset 3: planted positions 3 and 5 (window slots 0 and 2)."""
     rng = ScriptedRng(bits=[[1, 1, 0, 1, 0, 1]], scores=[[0.1, 0.7, 0.2]], offset=[[3]])
-    tokens = sp._block(6, 2, 1, 3, rng)
+    tokens = sp._block(6, 2, 1, {"locality": 3}, rng)
     # bits 1 1 0 1 0 1; planted at 3 (bit 1) and 5 (bit 1): y = 0
     expected = np.array([[BOS, ONE, ONE, ZERO, PONE, ZERO, PONE, SEP, ZERO]], dtype=np.int16)
     np.testing.assert_array_equal(tokens, expected)
@@ -93,7 +93,7 @@ def test_literal_example_locality_window():
 @pytest.mark.parametrize("n,k", [(8, 1), (8, 3), (12, 5), (7, 7)])
 def test_block_format(n, k):
     m = 200
-    tokens = sp._block(n, k, m, None, np.random.default_rng(7))
+    tokens = sp._block(n, k, m, {"locality": None}, np.random.default_rng(7))
     assert tokens.shape == (m, n + 3)
     assert (tokens[:, 0] == BOS).all()
     assert (tokens[:, -2] == SEP).all()
@@ -107,7 +107,7 @@ def test_block_format(n, k):
 
 
 def test_block_answers_are_balanced_and_positions_vary():
-    tokens = sp._block(10, 2, 400, None, np.random.default_rng(3))
+    tokens = sp._block(10, 2, 400, {"locality": None}, np.random.default_rng(3))
     y = tokens[:, -1] - ZERO
     assert 0.35 < y.mean() < 0.65
     # every position gets planted sometimes
@@ -117,7 +117,7 @@ def test_block_answers_are_balanced_and_positions_vary():
 @pytest.mark.parametrize("locality", [1, 3, 5])
 def test_locality_window_respected(locality):
     n, k, m = 20, min(3, locality), 300
-    tokens = sp._block(n, k, m, locality, np.random.default_rng(11))
+    tokens = sp._block(n, k, m, {"locality": locality}, np.random.default_rng(11))
     planted = _planted(tokens)
     assert (planted.sum(axis=1) == k).all()
     idx = [np.flatnonzero(row) for row in planted]

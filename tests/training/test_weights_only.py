@@ -10,8 +10,9 @@ from conftest import error_lines, run_lengthgen
 
 from lengthgen.evaluation import sweep as evaluate
 from lengthgen.language import lm
+from lengthgen.model.checkpoint import load_tensors
 from lengthgen.support.errors import UserError
-from lengthgen.training.optim import adamw, load_checkpoint, load_tensors, save_checkpoint
+from lengthgen.training.optim import adamw, load_checkpoint, save_checkpoint
 
 
 class _RunsCode:

@@ -110,6 +110,6 @@ rule figure_attention:
         ENV
     params:
         kinds=as_json({t["name"]: t["kind"] for t in CONFIG["tasks"]}),
-        code=CODE["attention_report"],
+        code=CODE["attention_figure"],
     shell:
         "python -m lengthgen figure-attention --csv {input:q} --kinds {params.kinds:q} --out {output:q} 2> {log:q}"

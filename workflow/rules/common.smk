@@ -69,6 +69,7 @@ STAGES = {
     "evaluate": "evaluation.sweep",
     "attention": "evaluation.attention",
     "attention_report": "analysis.attention",
+    "attention_figure": "reporting.attention",
     "language_attention": "language.attention",
     "aggregate": "analysis.aggregate",
     "claims": "analysis.scorecard",
@@ -78,8 +79,8 @@ STAGES = {
     "tokenizer": "language.tokenizer",
     "language": "language.lm",
     "influence": "language.influence",
-    "language_report": "language.report",
-    "language_scores": "language.scores",
+    "language_report": "reporting.language",
+    "language_scores": "analysis.language_scores",
 }
 CODE = {stage: stage_digest(f"lengthgen.{module}") for stage, module in STAGES.items()}
 

@@ -152,7 +152,7 @@ rule score_influence:
 
 
 # The scored tokens of every pair in one small committed table: the claims rule judges it, so a
-# committed scorecard can be recomputed from committed tables (tests/language/test_language_scores.py).
+# committed scorecard can be recomputed from committed tables (tests/analysis/test_language_scores.py).
 rule language_scores:
     input:
         pair_scores(),

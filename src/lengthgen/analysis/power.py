@@ -96,7 +96,7 @@ class Run:
     def __init__(self, results_dir, plan_of):
         """`plan_of(config)`: which tasks each claim is judged on (lengthgen.plan.claims_plan)."""
         from lengthgen.analysis import attention as attention_report
-        from lengthgen.analysis.scorecard import language_scores
+        from lengthgen.analysis import language_scores
 
         root = Path(results_dir)
         cfg = yaml.safe_load(_read(root / "config.yaml"))

@@ -5,10 +5,9 @@ the scorecard. The checks themselves (statistics, thresholds, verdict words) liv
 from __future__ import annotations
 
 from lengthgen.analysis import attention as attention_report
-from lengthgen.analysis import claims
+from lengthgen.analysis import claims, language_scores
 from lengthgen.analysis import scale as beyond
 from lengthgen.analysis.aggregate import read_sweep
-from lengthgen.language import scores as language_scores
 from lengthgen.support.errors import UserError
 
 

@@ -8,7 +8,7 @@ mixture-trained model are not exchangeable with another model's) and the hierarc
 
 Every random draw comes from numpy's PCG64 seeded by the caller, so a verdict is a function of
 the tables alone: the same on any CPU and any run. The rules themselves (which statistic, which
-alpha, how many resamples) are set in the config schema; docs/protocol.md records when each was
+alpha, how many resamples) are set in the config schema; docs/protocol-history.md records when each was
 registered and what it replaced.
 """
 

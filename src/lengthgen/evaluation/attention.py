@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from lengthgen import datasets, tasks
-from lengthgen.evaluation.sweep import _check_match, held_identity, load_model
+from lengthgen.evaluation.sweep import check_match, held_identity, load_model
 from lengthgen.model import positions
 from lengthgen.support import device as devices
 from lengthgen.support import identity, schema
@@ -180,7 +180,7 @@ def cell_attention(model_path, data_path, out, cfg: dict, log=print, expect: str
     identity.check(model_path, held, expect, "the model", "delete it and rerun the workflow to retrain this cell")
     model.requires_grad_(False)  # gradients are taken with respect to the embeddings only
     table, meta = datasets.read(data_path)
-    _check_match(ckpt, meta, model_path, data_path)
+    check_match(ckpt, meta, model_path, data_path)
     cell, module = ckpt["cell"], tasks.get(meta["kind"])
     opts = cell["scheme_options"]
     offset = opts["pointer_offset"] if opts["copy"] else None  # only a copying scheme's answer is the pointer's

@@ -12,12 +12,12 @@ import torch
 
 from lengthgen import datasets, tasks
 from lengthgen.evaluation import decode
+from lengthgen.model.checkpoint import load_tensors
 from lengthgen.model.transformer import ModelConfig, Transformer
 from lengthgen.support import device as devices
 from lengthgen.support import identity
 from lengthgen.support.errors import UserError
 from lengthgen.support.fileio import write_parquet
-from lengthgen.training.optim import load_tensors
 
 
 def load_model(path, dev) -> tuple[Transformer, dict]:
@@ -34,7 +34,7 @@ def load_model(path, dev) -> tuple[Transformer, dict]:
     return model.to(dev).eval(), ckpt
 
 
-def _check_match(ckpt: dict, meta: dict, model_path, data_path) -> None:
+def check_match(ckpt: dict, meta: dict, model_path, data_path) -> None:
     trained = ckpt.get("task") or {}
     for key in ("task", "kind", "vocab"):
         if trained.get(key) != meta[key]:
@@ -90,7 +90,7 @@ def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print, expect: 
     # the rows take task, scheme and seed from the checkpoint: another cell's would be counted as it
     identity.check(model_path, held, expect, "the model", "delete it and rerun the workflow to retrain this cell")
     table, meta = datasets.read(data_path)
-    _check_match(ckpt, meta, model_path, data_path)
+    check_match(ckpt, meta, model_path, data_path)
     cell = ckpt["cell"]
     opts = cell["scheme_options"]
     group = tasks.get(meta["kind"]).GROUP

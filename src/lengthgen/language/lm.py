@@ -17,10 +17,11 @@ import torch
 
 from lengthgen.language import tokenizer as tokenizers
 from lengthgen.language.loss import next_token_loss
+from lengthgen.model.checkpoint import load_model
 from lengthgen.model.transformer import ModelConfig, Transformer, param_count
 from lengthgen.support import device as devices
 from lengthgen.training import loop
-from lengthgen.training.optim import adamw, load_tensors, lr_at
+from lengthgen.training.optim import adamw, lr_at
 
 
 def build(spec: dict, vocab_size: int) -> Transformer:
@@ -173,9 +174,7 @@ def micro_batches(batch: int, spec: dict) -> list[slice]:
 
 def load(path) -> Transformer:
     """A trained language model from its model.pt, in eval mode on the CPU."""
-    state = load_tensors(path)
-    model = Transformer(ModelConfig(**state["model_args"]))
-    model.load_state_dict(state["state_dict"])
+    model, state = load_model(path)
     model.tokenizer_sha256 = state["tokenizer_sha256"]
     model.spec = state["spec"]
-    return model.eval()
+    return model

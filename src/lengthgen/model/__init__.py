@@ -1,1 +1,1 @@
-"""The transformer (the only forward) and the position IDs it is fed."""
+"""The transformer (the only forward), the position IDs it is fed, and model files."""

@@ -1,5 +1,6 @@
 """Task registry: a task kind is looked up by name, never evaluated from a string. A kind is
-a module of this package (adding `tasks/mine.py` adds kind `mine`).
+a module of this package (adding `tasks/mine.py` adds kind `mine`); a module whose name starts
+with `_` holds code that tasks share (`_common.py`) and is no kind.
 
 A task module provides:
   vocab(params)     list of token strings (index = token id; id 0 is padding)
@@ -27,11 +28,13 @@ from types import ModuleType
 
 from lengthgen.support.errors import UserError
 
-# Every module of this package is a task kind, found by listing the package rather than named
-# here: adding a task then edits no file that another task's code digest holds
+# Every module of this package not named with `_` is a task kind, found by listing the package
+# rather than named here: adding a task then edits no file that another task's code digest holds
 # (lengthgen.support.digest), so the other tasks' cells stay cached.
 REGISTRY: dict[str, ModuleType] = {
-    m.name: importlib.import_module(f"{__name__}.{m.name}") for m in sorted(pkgutil.iter_modules(__path__))
+    m.name: importlib.import_module(f"{__name__}.{m.name}")
+    for m in sorted(pkgutil.iter_modules(__path__))
+    if not m.name.startswith("_")
 }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from lengthgen.support.errors import UserError
+from lengthgen.tasks._common import draw_test, draw_train, eval_k
 
 PAD, BOS, SEP, QUERY, DIGIT = 0, 1, 2, 3, 4  # digits 0..base-1, then the keys, then the filler
 GROUP = ["length", "k"]  # the axes of a test set: one block of examples per (n, k)
@@ -59,16 +60,6 @@ def gap_after(coupled: bool) -> tuple[frozenset[int], bool]:
     depends on no distance and a gap unscores nothing. The contract gives no params, so the
     set is every id an alphabet within its maximum can take."""
     return frozenset(range(DIGIT, DIGIT + MAX_BASE + MAX_KEYS + MAX_FILLER)), False
-
-
-def train_ks(params) -> list[int]:
-    """k values seen in training: exactly k (fixed) or 1..k (mixture)."""
-    k = params["k"]
-    return [k] if params["k_mode"] == "fixed" else list(range(1, k + 1))
-
-
-def eval_k(params, eval_cfg) -> list[int]:
-    return list(eval_cfg.get("k") or train_ks(params))
 
 
 def check(params, eval_cfg, where: str) -> None:
@@ -129,45 +120,12 @@ def _block(n: int, k: int, m: int, params, rng: np.random.Generator):
     return tokens
 
 
-def _columns(blocks):
-    """Flatten [(n, k, tokens(m, n+k+4))] into dataset columns."""
-    tokens, ns, ks = [], [], []
-    for n, k, block in blocks:
-        tokens.extend(block)
-        ns.append(np.full(len(block), n, dtype=np.int32))
-        ks.append(np.full(len(block), k, dtype=np.int32))
-    n_col, k_col = np.concatenate(ns), np.concatenate(ks)
-    return {
-        "tokens": tokens,
-        "positions": [np.arange(len(t), dtype=np.int32) for t in tokens],
-        "answer_start": n_col + k_col + 3,
-        "length": n_col,
-        "k": k_col,
-    }
-
-
 def generate_train(params, n_examples: int, rng: np.random.Generator):
-    lengths = rng.integers(params["n_min"], params["n_max"] + 1, size=n_examples)
-    ks = rng.choice(train_ks(params), size=n_examples)
-    blocks = []
-    for n in np.unique(lengths):
-        for k in np.unique(ks):
-            m = int(((lengths == n) & (ks == k)).sum())
-            if m:
-                blocks.append((int(n), int(k), _block(int(n), int(k), m, params, rng)))
-    cols = _columns(blocks)
-    order = rng.permutation(n_examples)  # interleave lengths so any prefix is a fair sample
-    return {key: [v[i] for i in order] if isinstance(v, list) else v[order] for key, v in cols.items()}
+    return draw_train(_block, params, n_examples, rng)
 
 
 def generate_test(params, eval_cfg, seed: int):
-    """A fixed set per (n, k); each has its own seed so adding a length changes no other."""
-    blocks = []
-    for n in eval_cfg["lengths"]:
-        for k in eval_k(params, eval_cfg):
-            rng = np.random.default_rng([seed, n, k])
-            blocks.append((n, k, _block(n, k, eval_cfg["examples"], params, rng)))
-    return _columns(blocks)
+    return draw_test(_block, params, eval_cfg, seed)
 
 
 def dependencies(tokens: np.ndarray, positions: np.ndarray, answer_start: int) -> list[tuple[int, list[int]]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from lengthgen.support.errors import UserError
+from lengthgen.tasks._common import draw_test, draw_train, eval_k, train_ks
 
 VOCAB = ["<pad>", "<bos>", "<sep>", "0", "1", "0*", "1*"]
 PAD, BOS, SEP, ZERO, PLANTED_ZERO = 0, 1, 2, 3, 5
@@ -32,16 +33,6 @@ def gap_after(coupled: bool) -> tuple[frozenset[int], bool]:
     return frozenset(range(ZERO, len(VOCAB))), False
 
 
-def train_ks(params) -> list[int]:
-    """k values seen in training: exactly k (fixed) or 1..k (mixture)."""
-    k = params["k"]
-    return [k] if params["k_mode"] == "fixed" else list(range(1, k + 1))
-
-
-def eval_k(params, eval_cfg) -> list[int]:
-    return list(eval_cfg.get("k") or train_ks(params))
-
-
 def check(params, eval_cfg, where: str) -> None:
     if params["n_min"] > params["n_max"]:
         raise UserError(f"{where}.params.n_min: {params['n_min']} is larger than n_max {params['n_max']}")
@@ -59,10 +50,10 @@ def check(params, eval_cfg, where: str) -> None:
         raise UserError(f"{where}.eval.lengths: test length {shortest} cannot hold k={k_max} planted tokens")
 
 
-def _block(n: int, k: int, m: int, locality, rng: np.random.Generator):
+def _block(n: int, k: int, m: int, params, rng: np.random.Generator):
     """m examples of length n with k planted bits, as tokens (m, n+3) ending in the answer."""
     bits = rng.integers(0, 2, size=(m, n), dtype=np.int64)
-    width = locality or n
+    width = params["locality"] or n
     # k distinct positions inside a window of `width`: the first k of a random permutation.
     planted = np.argsort(rng.random((m, width)), axis=1)[:, :k]
     planted += rng.integers(0, n - width + 1, size=(m, 1))
@@ -75,45 +66,12 @@ def _block(n: int, k: int, m: int, locality, rng: np.random.Generator):
     return tokens
 
 
-def _columns(blocks):
-    """Flatten [(n, k, tokens(m, n+3))] into dataset columns."""
-    tokens, ns, ks = [], [], []
-    for n, k, block in blocks:
-        tokens.extend(block)
-        ns.append(np.full(len(block), n, dtype=np.int32))
-        ks.append(np.full(len(block), k, dtype=np.int32))
-    n_col = np.concatenate(ns)
-    return {
-        "tokens": tokens,
-        "positions": [np.arange(len(t), dtype=np.int32) for t in tokens],
-        "answer_start": n_col + 2,
-        "length": n_col,
-        "k": np.concatenate(ks),
-    }
-
-
 def generate_train(params, n_examples: int, rng: np.random.Generator):
-    lengths = rng.integers(params["n_min"], params["n_max"] + 1, size=n_examples)
-    ks = rng.choice(train_ks(params), size=n_examples)
-    blocks = []
-    for n in np.unique(lengths):
-        for k in np.unique(ks):
-            m = int(((lengths == n) & (ks == k)).sum())
-            if m:
-                blocks.append((int(n), int(k), _block(int(n), int(k), m, params["locality"], rng)))
-    cols = _columns(blocks)
-    order = rng.permutation(n_examples)  # interleave lengths so any prefix is a fair sample
-    return {key: [v[i] for i in order] if isinstance(v, list) else v[order] for key, v in cols.items()}
+    return draw_train(_block, params, n_examples, rng)
 
 
 def generate_test(params, eval_cfg, seed: int):
-    """A fixed set per (n, k); each has its own seed so adding a length changes no other."""
-    blocks = []
-    for n in eval_cfg["lengths"]:
-        for k in eval_k(params, eval_cfg):
-            rng = np.random.default_rng([seed, n, k])
-            blocks.append((n, k, _block(n, k, eval_cfg["examples"], params["locality"], rng)))
-    return _columns(blocks)
+    return draw_test(_block, params, eval_cfg, seed)
 
 
 def dependencies(tokens: np.ndarray, positions: np.ndarray, answer_start: int) -> list[tuple[int, list[int]]]:

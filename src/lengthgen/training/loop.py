@@ -22,11 +22,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lengthgen.model.checkpoint import save_tensors
 from lengthgen.support import device as devices
 from lengthgen.support import identity, progress
 from lengthgen.support.errors import TrainingDiverged
 from lengthgen.support.fileio import atomic_path, canonical_json, write_parquet, write_text
-from lengthgen.training.optim import load_checkpoint, save_checkpoint, save_tensors
+from lengthgen.training.optim import load_checkpoint, save_checkpoint
 
 # Between the steps a trainer logs at, a progress line at least this often (seconds): a
 # paper-scale step can take long enough that log_every steps leave a job silent for minutes.

@@ -4,14 +4,13 @@ that only the same run may resume."""
 
 from __future__ import annotations
 
-import io
 import math
 import pickle
 from pathlib import Path
 
 import torch
 
-from lengthgen.support.fileio import atomic_path, corrupt, read_intermediate
+from lengthgen.model.checkpoint import REFUSED, load_weights_only, save_tensors
 
 
 def adamw(model: torch.nn.Module, cfg: dict) -> AdamW:
@@ -84,38 +83,13 @@ def lr_at(step: int, cfg: dict) -> float:
     return cfg["lr"] * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-# torch.load(weights_only=True) raises the same UnpicklingError for a pickle of other objects
-# and for a torn file, so the refusal names both.
-REFUSED = ("refused to load: not only tensors and plain types (a torn file, or Python objects, which could run "
-           "code)")
-
-
-def _load(path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def load_tensors(path) -> dict:
-    """torch.load of tensors and plain Python types only (weights_only): a file dropped into the
-    results can hold data, never code to run. Everything the pipeline saves is such a file. One
-    that fails to load is a CorruptIntermediate (fileio.read_intermediate): removed under the
-    run's results, so a rerun rebuilds it."""
-
-    def load(p) -> dict:
-        try:
-            return _load(p)
-        except pickle.UnpicklingError:
-            raise corrupt(p, REFUSED) from None
-
-    return read_intermediate(path, load, "checkpoint")
-
-
 def load_checkpoint(path: Path, fingerprint: str, log) -> dict | None:
     """The resumable checkpoint, or None to start from step 0: a checkpoint that fails to load
     is never run and never removed here, as the run overwrites it."""
     if not path.exists():
         return None
     try:
-        state = _load(path)
+        state = load_weights_only(path)
     except pickle.UnpicklingError:
         log(f"{path}: {REFUSED}; starting from step 0")
         return None
@@ -126,16 +100,6 @@ def load_checkpoint(path: Path, fingerprint: str, log) -> dict | None:
         log(f"checkpoint {path} belongs to another config; starting from step 0")
         return None
     return state
-
-
-def save_tensors(path: Path, state: dict) -> None:
-    """torch.save through atomic_path. The bytes are serialized in memory first: torch's own
-    file writer reports a full disk as a RuntimeError naming no file, a plain write as the
-    OSError that atomic_path turns into one line naming `path`."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(buffer.getbuffer())
 
 
 def save_checkpoint(path: Path, **state) -> None:

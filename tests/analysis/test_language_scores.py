@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from lengthgen.analysis import language_scores as scores
 from lengthgen.analysis.claims import language_checks
-from lengthgen.language import scores
 from lengthgen.support.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
