@@ -27,6 +27,32 @@ def test_a_missing_file_and_a_non_mapping_are_named(tmp_path):
         config.load_yaml(tmp_path / "list.yaml")
 
 
+def test_a_file_that_is_not_utf8_or_has_no_keys_is_named(tmp_path):
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("seeds: [0]\n# caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(UserError, match=rf"^{latin}:2: not UTF-8 text \(byte 0xe9\); save the file as UTF-8$"):
+        config.load_yaml(latin)
+    for text in ("", "# only a comment\n"):
+        (tmp_path / "empty.yaml").write_text(text)
+        with pytest.raises(UserError, match=r"empty.yaml: empty, expected a mapping of config keys$"):
+            config.load_yaml(tmp_path / "empty.yaml")
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("results_dir", "my results", "'my results' must not be empty, contain spaces or end in /"),
+    ("name", "task a", "'task a' must be letters, digits and _ only (no spaces)"),
+])
+def test_a_value_of_the_wrong_form_is_said_in_words(repo, schema, key, value, words):
+    cfg = config.load_yaml(repo / "config.yaml")
+    if key == "name":
+        cfg["tasks"][0]["name"] = value
+    else:
+        cfg[key] = value
+    with pytest.raises(UserError) as err:
+        config.validate(cfg, schema)
+    assert str(err.value).endswith(f": {words}") and "^" not in str(err.value)
+
+
 def test_check_config_is_one_line_and_status_2(tmp_path):
     (tmp_path / "bad.yaml").write_text("seeds: [1, 2\n")
     done = run_lengthgen("check-config", "bad.yaml", cwd=tmp_path)
