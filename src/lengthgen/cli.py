@@ -259,6 +259,20 @@ def cmd_check_config(a) -> None:
     config.check_files(a.files)
 
 
+def cmd_warm_server(a) -> None:
+    from lengthgen.support import warm
+
+    warm.serve(a.socket, a.parent, _fresh_main)
+
+
+def _fresh_main(argv: list[str]) -> int:
+    """`main` as src/ has it now: what a warm-start worker runs, once its fork has dropped the
+    server's lengthgen modules, so a job started after an edit runs the edited code."""
+    from lengthgen import cli
+
+    return cli.main(argv)
+
+
 def cmd_power(a) -> None:
     from lengthgen.analysis import power
 
@@ -484,6 +498,11 @@ def _tools(sub) -> None:
     s.add_argument("--models", type=int, nargs="+", default=[4, 6, 8, 12, 16])
     s.add_argument("--simulations", type=int, default=500)
     s.set_defaults(func=cmd_power)
+
+    s = sub.add_parser("warm-server", help="the warm-start server a local run starts (lengthgen.support.warm)")
+    s.add_argument("socket")
+    s.add_argument("parent", type=int, help="the run's process: the server ends with it")
+    s.set_defaults(func=cmd_warm_server)
 
 
 def main(argv=None) -> int:
