@@ -3,8 +3,9 @@ run), and the tools beside them: diff, replicate, check-config and power.
 
 Each stage reads only the paths it is given and writes only its outputs, all or nothing.
 Errors a user can cause print one line (`lengthgen: error: ...`) and exit with status 2.
-This module only parses arguments and calls one function of the stage's own module, so it is
-in no stage's code digest (lengthgen.support.digest): what a stage computes lives in that module.
+This module only parses arguments and calls one function of the stage's own module: what a stage
+computes lives in that module. A stage's code digest (lengthgen.support.digest.cli_text) holds the
+part of this file that can still change its output: its subcommands' functions and declarations.
 """
 
 from __future__ import annotations
