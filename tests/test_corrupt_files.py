@@ -107,6 +107,36 @@ def test_aggregate_of_a_truncated_sweep_removes_it_and_the_scorecard(tmp_path, r
     assert not temp_files(tmp_path)
 
 
+@pytest.mark.parametrize("table", ["length_sweep.csv", "claims.csv"])
+def test_a_corrupt_table_is_removed_with_every_page_made_from_the_tables(tmp_path, results, table):
+    """The pipeline's own table, unreadable: removed with the whole scorecard (not claims.csv and
+    claims.md with claims.html left), so that the rerun rebuilds them; other files stay."""
+    root, env = results
+    tables = root / "tables"
+    tables.mkdir()
+    for name in (*STALE, "length_sweep.csv", "summary.md"):
+        (tables / name).write_text("made by the run\n")
+    (tables / table).write_bytes(b"\x89garbage\x00\n" * 8)
+    if table == "length_sweep.csv":
+        proc = run_lengthgen("figure", "--kind", "coupling", "--sweep-csv", tables / table, "--tasks", "t",
+                             "--train-max", "5", "--out", root / "figures/coupling.png", cwd=tmp_path, env=env)
+    else:
+        proc = run_lengthgen(*_report_pages_args(root), cwd=tmp_path, env=env)
+    line = assert_one_line_error(proc, f"{tables / table}: line 1: not UTF-8 text")
+    assert line.endswith("removed it and the scorecard pages made from it: rerun the workflow to rebuild them")
+    left = {p.name for p in tables.iterdir()}
+    assert left == {"length_sweep.csv", "summary.md"} - {table}
+    assert not temp_files(tmp_path)
+
+
+def _report_pages_args(root) -> list:
+    (root / "provenance.json").write_text("{}")
+    out = root / "tables"
+    return ["report-pages", "--claims", out / "claims.csv", "--summary", out / "summary.md", "--provenance",
+            root / "provenance.json", "--config", "{}", "--scorecard-html", out / "claims.html", "--summary-html",
+            out / "summary.html", "--run-html", root / "run.html", "--config-yaml", root / "config.yaml"]
+
+
 @pytest.mark.parametrize("damage", ["truncated", "random_bytes"])
 def test_sweep_of_a_corrupt_model_removes_it(tmp_path, results, damage):
     root, env = results
@@ -284,3 +314,17 @@ def test_a_checkpoint_on_a_full_disk_names_the_checkpoint(tmp_path, monkeypatch)
         save_tensors(out, {"w": torch.zeros(3)})
     assert str(err.value).startswith(f"{out}: cannot write: No space left on device (")
     assert not out.exists() and not list(out.parent.iterdir())
+
+
+def test_a_set_of_pages_is_swapped_in_whole_or_not_at_all(tmp_path):
+    pages = [tmp_path / "claims.csv", tmp_path / "claims.html"]
+    for page in pages:
+        page.write_text("old\n")
+    with pytest.raises(RuntimeError), fileio.atomic_paths(pages) as temporaries:
+        temporaries[0].write_text("new\n")
+        raise RuntimeError("killed before the second page")
+    assert [p.read_text() for p in pages] == ["old\n", "old\n"] and not temp_files(tmp_path)
+    with fileio.atomic_paths(pages) as temporaries:
+        for tmp in temporaries:
+            tmp.write_text("new\n")
+    assert [p.read_text() for p in pages] == ["new\n", "new\n"] and not temp_files(tmp_path)

@@ -282,6 +282,23 @@ def test_ctrl_c_ends_in_one_line_and_a_rerun_gives_a_clean_run_s_tables(smoke_ru
     shutil.rmtree(tmp_path / SMOKE_RESULTS)
 
 
+def test_a_corrupt_table_is_removed_and_the_rerun_rebuilds_it_and_its_scorecard(smoke_run):
+    """Garbage in the sweep table: the run ends in one line saying it was removed, no page of the
+    scorecard is left (claims.html included), and rerunning the same command rebuilds every
+    table, byte for byte."""
+    tables = smoke_run / SMOKE_RESULTS / "tables"
+    before = {p.name: p.read_bytes() for p in tables.iterdir()}
+    (tables / "length_sweep.csv").write_bytes(b"\x89garbage\x00\n" * 8)
+    done = run_snakemake(smoke_run, "-c1", *SMOKE)
+    assert done.returncode != 0
+    assert "length_sweep.csv: line 1: not UTF-8 text" in done.stderr and "removed it" in done.stderr
+    assert not {"length_sweep.csv", "claims.csv", "claims.md", "claims.html", "summary.html"} & {
+        p.name for p in tables.iterdir()}
+    done = run_snakemake(smoke_run, "-c1", *SMOKE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {p.name: p.read_bytes() for p in tables.iterdir()} == before
+
+
 def test_report_holds_every_figure_and_table_with_captions(smoke_run):
     done = run_snakemake(smoke_run, *SMOKE, "--report", "report.html")
     assert done.returncode == 0, done.stderr[-3000:]
