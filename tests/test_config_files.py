@@ -110,3 +110,34 @@ def test_make_run_with_a_missing_config_names_it(repo):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert error_lines(done.stderr) == ["lengthgen: error: config/nope.yaml: file not found"]
+
+
+@pytest.mark.parametrize(("text", "overrides", "noted"), [
+    ("seeds: [7]\n", (), True),
+    ("seeds: [7]\nresults_dir: results-mine\n", (), False),
+    ("seeds: [7]\n", ("results_dir",), False),
+    ("warm_start: false\n", (), False),  # changes no output: the default's results are its own
+])
+def test_a_variant_without_its_own_results_dir_is_told_it_writes_the_defaults(repo, schema, tmp_path, text,
+                                                                            overrides, noted):
+    variant = tmp_path / "mine.yaml"
+    variant.write_text(text)
+    given = config.load_yaml(variant)
+    effective = config.load_run_config(repo, given, [variant], schema, overrides=overrides)
+    note = config.default_results_note(repo, effective, [variant], schema, overrides=overrides)
+    if noted:
+        assert note == (f"lengthgen: note: {variant} sets no results_dir, so this run writes results/ over the "
+                        "default configuration's (committed) tables; give it results_dir: results-mine to keep "
+                        "them apart")
+    else:
+        assert note is None
+
+
+@pytest.mark.workflow
+def test_the_note_comes_before_the_run(workflow_copy):
+    (workflow_copy / "mine.yaml").write_text("seeds: [7]\n")
+    done = run_snakemake(workflow_copy, "-n", "-c1", "--configfile", "mine.yaml")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stderr.splitlines()
+    [note] = [i for i, line in enumerate(lines) if line.startswith("lengthgen: note: mine.yaml sets no results_dir")]
+    assert not any(line.startswith(("rule ", "localrule ", "Job stats")) for line in lines[:note])

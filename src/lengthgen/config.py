@@ -195,6 +195,27 @@ def load_run_config(basedir, given: dict, configfiles, schema: dict, overrides=(
         raise UserError(f"{err} (set {setters[-1]})" if setters else str(err)) from None
 
 
+# Settings that change no output: a file that sets only these may share the default's results.
+NO_OUTPUT_KEYS = ("warm_start", "gpu_jobs")
+
+
+def default_results_note(basedir, config: dict, configfiles, schema: dict, overrides=()) -> str | None:
+    """One line for a run whose --configfile changes what the default configuration computes but
+    sets no results_dir (nor --config does): it writes the default's results/ directory, whose
+    tables are committed; None for any other run."""
+    files = [Path(f) for f in configfiles]
+    if not files or "results_dir" in overrides or any("results_dir" in load_yaml(f) for f in files):
+        return None
+    default = validate(load_yaml(Path(basedir) / "config.yaml"), schema)
+    if {k: v for k, v in config.items() if k not in NO_OUTPUT_KEYS} == {
+            k: v for k, v in default.items() if k not in NO_OUTPUT_KEYS}:
+        return None
+    shown = [f.relative_to(Path.cwd()) if f.is_relative_to(Path.cwd()) else f for f in files]
+    return (f"lengthgen: note: {', '.join(map(str, shown))} sets no results_dir, so this run writes "
+            f"{config['results_dir']}/ over the default configuration's (committed) tables; give it "
+            f"results_dir: results-{files[-1].stem} to keep them apart")
+
+
 def check_files(paths: list[str]) -> None:
     """`make run CONFIG=...` checks its file before Snakemake parses it: Snakemake's own message
     for a broken --configfile names neither the file nor the line."""

@@ -15,7 +15,7 @@ from lengthgen import config as lgconfig  # noqa: E402
 from lengthgen import tasks as lgtasks  # noqa: E402
 from lengthgen.support.digest import stage_digest  # noqa: E402
 from lengthgen.support.errors import UserError  # noqa: E402
-from lengthgen.support.fileio import canonical_json  # noqa: E402
+from lengthgen.support.fileio import MADE_FROM_TABLES, canonical_json  # noqa: E402
 from snakemake.settings.types import DeploymentMethod  # noqa: E402
 
 
@@ -30,15 +30,27 @@ def _refuse_subdirectory():
 
 try:
     _refuse_subdirectory()
+    SCHEMA = lgconfig.load_yaml(Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
     # config.yaml is read here, beside the Snakefile, not by a `configfile:` directive: found from
     # any directory, and its errors name the file, line and column.
     CONFIG = lgconfig.load_run_config(
         workflow.basedir,
         config,
         workflow.overwrite_configfiles,
-        lgconfig.load_yaml(Path(workflow.basedir) / "workflow/schemas/config.schema.yaml"),
+        SCHEMA,
         overrides=dict(workflow.config_settings.config),
     )
+    # Before anything runs: a variant that would write over the default's committed tables.
+    if workflow.is_main_process and (
+        note := lgconfig.default_results_note(
+            workflow.basedir,
+            CONFIG,
+            workflow.overwrite_configfiles,
+            SCHEMA,
+            overrides=dict(workflow.config_settings.config),
+        )
+    ):
+        print(note, file=sys.stderr)
 except UserError as err:
     sys.exit(f"lengthgen: error: {err}")  # one line, no traceback, nothing written
 
@@ -334,7 +346,7 @@ def made_from_tables():
     them before it reads anything (its --stale): Snakemake removes only a failed job's own
     outputs, so a failed aggregate left the old scorecard beside no table to back it. They are
     remade whenever that job runs anyway; a Snakemake-side fix (onerror) would miss killed runs."""
-    return [results(f"tables/{name}") for name in ("claims.csv", "claims.md", "claims.html", "summary.html")]
+    return [results(f"tables/{name}") for name in MADE_FROM_TABLES]
 
 
 def language_tables():
