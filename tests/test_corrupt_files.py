@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +19,7 @@ from conftest import run_lengthgen
 from test_bad_input import assert_one_line_error, temp_files
 
 from lengthgen.support import fileio
-from lengthgen.support.errors import CorruptIntermediate, WriteFailed
+from lengthgen.support.errors import CorruptIntermediate, UserError, WriteFailed
 
 EVAL = json.dumps({"device": "cpu", "threads": 1, "batch_size": 100})
 # The pages made from the tables, which a rebuild of a table removes first (--stale).
@@ -328,3 +331,26 @@ def test_a_set_of_pages_is_swapped_in_whole_or_not_at_all(tmp_path):
         for tmp in temporaries:
             tmp.write_text("new\n")
     assert [p.read_text() for p in pages] == ["new\n", "new\n"] and not temp_files(tmp_path)
+
+
+def test_a_full_disk_before_the_run_is_named_in_one_line(tmp_path, monkeypatch):
+    usage = shutil.disk_usage(tmp_path)
+    fileio.check_free_space(tmp_path / "results")  # this disk has room
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=4096))
+    with pytest.raises(UserError, match=rf"^{tmp_path / 'results'}: the disk is full \(4,096 bytes free on its "
+                                        r"file system, under the 10,485,760 a run needs to start\); free some space "
+                                        r"and rerun$"):
+        fileio.check_free_space(tmp_path / "results")
+
+
+def test_a_read_only_results_folder_is_named_with_what_to_do(tmp_path, monkeypatch):
+    root = tmp_path / "results-smoke"
+    (root / "tables").mkdir(parents=True)
+    (root / "tables/claims.csv").write_text("claim\n")
+    fileio.check_writable(root)
+    # as a non-root user sees a folder after chmod -R a-w (root may write anything)
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path).name != "claims.csv")
+    with pytest.raises(UserError, match=rf"^{root}: read-only \({root}/tables/claims.csv cannot be written\); make it "
+                                        rf"writable \(chmod -R u\+w {root}\) or set results_dir to a folder you can "
+                                        r"write, and rerun$"):
+        fileio.check_writable(root)

@@ -15,6 +15,7 @@ from lengthgen import config as lgconfig  # noqa: E402
 from lengthgen import tasks as lgtasks  # noqa: E402
 from lengthgen.support.digest import stage_digest  # noqa: E402
 from lengthgen.support.errors import UserError  # noqa: E402
+from lengthgen.support import fileio as lgfileio  # noqa: E402
 from lengthgen.support.fileio import MADE_FROM_TABLES, canonical_json  # noqa: E402
 from snakemake.settings.types import DeploymentMethod  # noqa: E402
 
@@ -55,6 +56,12 @@ except UserError as err:
     sys.exit(f"lengthgen: error: {err}")  # one line, no traceback, nothing written
 
 RESULTS = CONFIG["results_dir"]
+if workflow.is_main_process:
+    # Snakemake plans no job over a write-protected output, and says neither where nor what to do.
+    try:
+        lgfileio.check_writable(RESULTS)
+    except UserError as err:
+        sys.exit(f"lengthgen: error: {err}")
 # Jobs that may share one GPU (lengthgen.support.device claims a slot of one); jobs inherit it.
 os.environ.update(LENGTHGEN_GPU_JOBS=str(CONFIG["gpu_jobs"]))
 # Where a job may remove an intermediate it fails to read, so that a rerun rebuilds it
@@ -130,13 +137,15 @@ def start_warm():
 
 def check_machine():
     """Stop in one line, before any job runs or any output is deleted, when a setting needs what
-    this machine lacks (lengthgen.config.check_machine). Runs in `onstart`: a dry run, and a
-    cluster run's submitting node, may plan for other machines."""
+    this machine lacks (lengthgen.config.check_machine) or its disk is full. Runs in `onstart`:
+    a dry run, and a cluster run's submitting node, may plan for other machines."""
     if not workflow.local_exec:
         return
     rules = {job.rule.name for job in workflow.dag.needrun_jobs()}
     try:
         lgconfig.check_machine(CONFIG, rules)
+        if rules:
+            lgfileio.check_free_space(RESULTS)
     except UserError as err:
         sys.exit(f"lengthgen: error: {err}")
 

@@ -90,6 +90,42 @@ def _free_bytes(path: Path) -> str:
     return "unknown"
 
 
+# Below this, a run's first job logs and checkpoints would not fit: the disk is full.
+MIN_FREE_BYTES = 10 * 2**20
+
+
+def check_free_space(folder) -> None:
+    """UserError when the file system of `folder` (of its nearest existing parent) is full: said
+    before the run, since the jobs' own logs, on the same disk, come out empty."""
+    for existing in (Path(folder), *Path(folder).parents):
+        with contextlib.suppress(OSError):
+            free = shutil.disk_usage(existing).free
+            break
+    else:
+        return
+    if free < MIN_FREE_BYTES:
+        raise UserError(f"{folder}: the disk is full ({free:,} bytes free on its file system, under the "
+                        f"{MIN_FREE_BYTES:,} a run needs to start); free some space and rerun")
+
+
+def check_writable(folder) -> None:
+    """UserError naming the first of `folder`, its entries and those of its tables/ and figures/
+    that this user cannot write (a read-only copy, file system or permission): Snakemake would
+    refuse it as a protected output, saying neither which folder nor what to do."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    entries = [folder, *sorted(folder.iterdir())]
+    for sub in ("tables", "figures"):
+        if (folder / sub).is_dir():
+            entries += sorted((folder / sub).iterdir())
+    locked = next((p for p in entries if not p.is_symlink() and not os.access(p, os.W_OK)), None)
+    if locked is not None:
+        which = "" if locked == folder else f" ({locked} cannot be written)"
+        raise UserError(f"{folder}: read-only{which}; make it writable (chmod -R u+w {folder}) or set results_dir "
+                        "to a folder you can write, and rerun")
+
+
 def remove_stale(paths) -> None:
     """Remove the files made from a table that is about to be rebuilt, before its inputs are
     read: if the rebuild fails, Snakemake removes the table, and what was made from the old one
