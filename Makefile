@@ -9,7 +9,9 @@ CONFIG ?=
 RESULTS ?= $(or $(shell sed -n 's/^results_dir: *\([^ #]*\).*/\1/p' $(or $(CONFIG),config.yaml) 2>/dev/null),results)
 SNAKEMAKE := snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG))  # profiles/default is picked up by itself
 # The runs that write results: a lock left by a killed run is removed first (lengthgen.support.unlock).
-RUN := PYTHONPATH=src $(PY) -m lengthgen.support.unlock $(SNAKEMAKE)
+# exec: the shell gives way to it, so that make's SIGTERM reaches it and make waits for its shutdown.
+UNLOCK := exec env PYTHONPATH=src $(PY) -m lengthgen.support.unlock
+RUN := $(UNLOCK) $(SNAKEMAKE)
 # Config files are read by lengthgen before Snakemake parses them: a missing file or a YAML error
 # then names the file, line and column (Snakemake's own message names neither).
 CHECK = @PYTHONPATH=src $(PY) -m lengthgen check-config config.yaml $(CONFIG)
@@ -58,7 +60,7 @@ paper: $(VENV)/.installed  ## the paper-scale grid (use a GPU cluster: see READM
 # default's (words may differ there: the confirmatory run decides, so that comparison never fails).
 confirm: $(VENV)/.installed  ## the confirmatory grid (fresh seeds and data, powered): the README's verdicts; minutes on a GPU
 	$(CHECK) config/confirm.yaml
-	PYTHONPATH=src $(PY) -m lengthgen.support.unlock snakemake --cores $(CORES) --configfile config/confirm.yaml $(FRESH)
+	$(UNLOCK) snakemake --cores $(CORES) --configfile config/confirm.yaml $(FRESH)
 	PYTHONPATH=src $(PY) -m lengthgen power --results results-confirm --split-half results-confirm/tables/split_half.md
 	PYTHONPATH=src $(PY) -m lengthgen replicate --main results/tables/claims.csv --names exploratory confirmatory \
 		--other results-confirm/tables/claims.csv --out results-confirm/tables/replication.md || true

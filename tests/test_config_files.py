@@ -27,6 +27,32 @@ def test_a_missing_file_and_a_non_mapping_are_named(tmp_path):
         config.load_yaml(tmp_path / "list.yaml")
 
 
+def test_a_file_that_is_not_utf8_or_has_no_keys_is_named(tmp_path):
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("seeds: [0]\n# caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(UserError, match=rf"^{latin}:2: not UTF-8 text \(byte 0xe9\); save the file as UTF-8$"):
+        config.load_yaml(latin)
+    for text in ("", "# only a comment\n"):
+        (tmp_path / "empty.yaml").write_text(text)
+        with pytest.raises(UserError, match=r"empty.yaml: empty, expected a mapping of config keys$"):
+            config.load_yaml(tmp_path / "empty.yaml")
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("results_dir", "my results", "'my results' must not be empty, contain spaces or end in /"),
+    ("name", "task a", "'task a' must be letters, digits and _ only (no spaces)"),
+])
+def test_a_value_of_the_wrong_form_is_said_in_words(repo, schema, key, value, words):
+    cfg = config.load_yaml(repo / "config.yaml")
+    if key == "name":
+        cfg["tasks"][0]["name"] = value
+    else:
+        cfg[key] = value
+    with pytest.raises(UserError) as err:
+        config.validate(cfg, schema)
+    assert str(err.value).endswith(f": {words}") and "^" not in str(err.value)
+
+
 def test_check_config_is_one_line_and_status_2(tmp_path):
     (tmp_path / "bad.yaml").write_text("seeds: [1, 2\n")
     done = run_lengthgen("check-config", "bad.yaml", cwd=tmp_path)
@@ -104,9 +130,6 @@ def test_the_confirmatory_grid_runs_the_defaults_design_with_more_units_on_unsee
 
 
 def test_each_model_seed_trains_on_its_own_draw_and_a_shared_test_needs_a_shared_training_set(schema):
-    from lengthgen import config
-    from lengthgen.support.errors import UserError
-
     given = {"tasks": [{"name": "t", "kind": "sparse_parity", "schemes": ["rope"], "eval": {"lengths": [6, 12]},
                         "params": {"k": 1, "n_min": 4, "n_max": 6}}], "schemes": {"rope": {"encoding": "rope"}}}
     cfg = config.validate(given, schema)
@@ -117,3 +140,34 @@ def test_each_model_seed_trains_on_its_own_draw_and_a_shared_test_needs_a_shared
     assert config.train_split(shared, 3) == "train" and config.training_set_of(shared, "test") == "train"
     with pytest.raises(UserError, match=r"^config.test_sets: shared needs train_sets: shared"):
         config.validate({**given, "test_sets": "shared"}, schema)
+
+
+@pytest.mark.parametrize(("text", "overrides", "noted"), [
+    ("seeds: [7]\n", (), True),
+    ("seeds: [7]\nresults_dir: results-mine\n", (), False),
+    ("seeds: [7]\n", ("results_dir",), False),
+    ("warm_start: false\n", (), False),  # changes no output: the default's results are its own
+])
+def test_a_variant_without_its_own_results_dir_is_told_it_writes_the_defaults(repo, schema, tmp_path, text,
+                                                                            overrides, noted):
+    variant = tmp_path / "mine.yaml"
+    variant.write_text(text)
+    given = config.load_yaml(variant)
+    effective = config.load_run_config(repo, given, [variant], schema, overrides=overrides)
+    note = config.default_results_note(repo, effective, [variant], schema, overrides=overrides)
+    if noted:
+        assert note == (f"lengthgen: note: {variant} sets no results_dir, so this run writes results/ over the "
+                        "default configuration's (committed) tables; give it results_dir: results-mine to keep "
+                        "them apart")
+    else:
+        assert note is None
+
+
+@pytest.mark.workflow
+def test_the_note_comes_before_the_run(workflow_copy):
+    (workflow_copy / "mine.yaml").write_text("seeds: [7]\n")
+    done = run_snakemake(workflow_copy, "-n", "-c1", "--configfile", "mine.yaml")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stderr.splitlines()
+    [note] = [i for i, line in enumerate(lines) if line.startswith("lengthgen: note: mine.yaml sets no results_dir")]
+    assert not any(line.startswith(("rule ", "localrule ", "Job stats")) for line in lines[:note])

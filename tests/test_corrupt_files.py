@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +19,7 @@ from conftest import run_lengthgen
 from test_bad_input import assert_one_line_error, temp_files
 
 from lengthgen.support import fileio
-from lengthgen.support.errors import CorruptIntermediate, WriteFailed
+from lengthgen.support.errors import CorruptIntermediate, UserError, WriteFailed
 
 EVAL = json.dumps({"device": "cpu", "threads": 1, "batch_size": 100})
 # The pages made from the tables, which a rebuild of a table removes first (--stale).
@@ -105,6 +108,36 @@ def test_aggregate_of_a_truncated_sweep_removes_it_and_the_scorecard(tmp_path, r
     assert not sweep.exists()
     assert list(tables.iterdir()) == []  # neither the table nor what was made from the old one
     assert not temp_files(tmp_path)
+
+
+@pytest.mark.parametrize("table", ["length_sweep.csv", "claims.csv"])
+def test_a_corrupt_table_is_removed_with_every_page_made_from_the_tables(tmp_path, results, table):
+    """The pipeline's own table, unreadable: removed with the whole scorecard (not claims.csv and
+    claims.md with claims.html left), so that the rerun rebuilds them; other files stay."""
+    root, env = results
+    tables = root / "tables"
+    tables.mkdir()
+    for name in (*STALE, "length_sweep.csv", "summary.md"):
+        (tables / name).write_text("made by the run\n")
+    (tables / table).write_bytes(b"\x89garbage\x00\n" * 8)
+    if table == "length_sweep.csv":
+        proc = run_lengthgen("figure", "--kind", "coupling", "--sweep-csv", tables / table, "--tasks", "t",
+                             "--train-max", "5", "--out", root / "figures/coupling.png", cwd=tmp_path, env=env)
+    else:
+        proc = run_lengthgen(*_report_pages_args(root), cwd=tmp_path, env=env)
+    line = assert_one_line_error(proc, f"{tables / table}: line 1: not UTF-8 text")
+    assert line.endswith("removed it and the scorecard pages made from it: rerun the workflow to rebuild them")
+    left = {p.name for p in tables.iterdir()}
+    assert left == {"length_sweep.csv", "summary.md"} - {table}
+    assert not temp_files(tmp_path)
+
+
+def _report_pages_args(root) -> list:
+    (root / "provenance.json").write_text("{}")
+    out = root / "tables"
+    return ["report-pages", "--claims", out / "claims.csv", "--summary", out / "summary.md", "--provenance",
+            root / "provenance.json", "--config", "{}", "--scorecard-html", out / "claims.html", "--summary-html",
+            out / "summary.html", "--run-html", root / "run.html", "--config-yaml", root / "config.yaml"]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "random_bytes"])
@@ -284,3 +317,40 @@ def test_a_checkpoint_on_a_full_disk_names_the_checkpoint(tmp_path, monkeypatch)
         save_tensors(out, {"w": torch.zeros(3)})
     assert str(err.value).startswith(f"{out}: cannot write: No space left on device (")
     assert not out.exists() and not list(out.parent.iterdir())
+
+
+def test_a_set_of_pages_is_swapped_in_whole_or_not_at_all(tmp_path):
+    pages = [tmp_path / "claims.csv", tmp_path / "claims.html"]
+    for page in pages:
+        page.write_text("old\n")
+    with pytest.raises(RuntimeError), fileio.atomic_paths(pages) as temporaries:
+        temporaries[0].write_text("new\n")
+        raise RuntimeError("killed before the second page")
+    assert [p.read_text() for p in pages] == ["old\n", "old\n"] and not temp_files(tmp_path)
+    with fileio.atomic_paths(pages) as temporaries:
+        for tmp in temporaries:
+            tmp.write_text("new\n")
+    assert [p.read_text() for p in pages] == ["new\n", "new\n"] and not temp_files(tmp_path)
+
+
+def test_a_full_disk_before_the_run_is_named_in_one_line(tmp_path, monkeypatch):
+    usage = shutil.disk_usage(tmp_path)
+    fileio.check_free_space(tmp_path / "results")  # this disk has room
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=4096))
+    with pytest.raises(UserError, match=rf"^{tmp_path / 'results'}: the disk is full \(4,096 bytes free on its "
+                                        r"file system, under the 10,485,760 a run needs to start\); free some space "
+                                        r"and rerun$"):
+        fileio.check_free_space(tmp_path / "results")
+
+
+def test_a_read_only_results_folder_is_named_with_what_to_do(tmp_path, monkeypatch):
+    root = tmp_path / "results-smoke"
+    (root / "tables").mkdir(parents=True)
+    (root / "tables/claims.csv").write_text("claim\n")
+    fileio.check_writable(root)
+    # as a non-root user sees a folder after chmod -R a-w (root may write anything)
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path).name != "claims.csv")
+    with pytest.raises(UserError, match=rf"^{root}: read-only \({root}/tables/claims.csv cannot be written\); make it "
+                                        rf"writable \(chmod -R u\+w {root}\) or set results_dir to a folder you can "
+                                        r"write, and rerun$"):
+        fileio.check_writable(root)

@@ -269,8 +269,12 @@ def test_ctrl_c_ends_in_one_line_and_a_rerun_gives_a_clean_run_s_tables(smoke_ru
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
+    assert proc.returncode == 128 + signal.SIGINT and "Traceback" not in out, out[-3000:]
     assert out.strip().splitlines()[-1].startswith("lengthgen: run interrupted (SIGINT); rerun the same command")
+    assert "Error in rule" not in out  # the interrupted jobs' errors are held back
+    left = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-s", str(proc.pid)], capture_output=True, text=True)
+    assert not [line for line in left.stdout.splitlines() if line.split()[1] != "Z"], left.stdout
+    assert not any((tmp_path / ".snakemake/locks").glob("*")), "Snakemake's lock is released"
     done = run_snakemake(tmp_path, "-c1", *SMOKE)
     assert done.returncode == 0, done.stderr[-3000:]
     for folder in ("tables", "figures"):
@@ -280,6 +284,23 @@ def test_ctrl_c_ends_in_one_line_and_a_rerun_gives_a_clean_run_s_tables(smoke_ru
         for name in names:
             assert (first / name).read_bytes() == (again / name).read_bytes(), f"{folder}/{name}"
     shutil.rmtree(tmp_path / SMOKE_RESULTS)
+
+
+def test_a_corrupt_table_is_removed_and_the_rerun_rebuilds_it_and_its_scorecard(smoke_run):
+    """Garbage in the sweep table: the run ends in one line saying it was removed, no page of the
+    scorecard is left (claims.html included), and rerunning the same command rebuilds every
+    table, byte for byte."""
+    tables = smoke_run / SMOKE_RESULTS / "tables"
+    before = {p.name: p.read_bytes() for p in tables.iterdir()}
+    (tables / "length_sweep.csv").write_bytes(b"\x89garbage\x00\n" * 8)
+    done = run_snakemake(smoke_run, "-c1", *SMOKE)
+    assert done.returncode != 0
+    assert "length_sweep.csv: line 1: not UTF-8 text" in done.stderr and "removed it" in done.stderr
+    assert not {"length_sweep.csv", "claims.csv", "claims.md", "claims.html", "summary.html"} & {
+        p.name for p in tables.iterdir()}
+    done = run_snakemake(smoke_run, "-c1", *SMOKE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {p.name: p.read_bytes() for p in tables.iterdir()} == before
 
 
 def test_report_holds_every_figure_and_table_with_captions(smoke_run):

@@ -3,8 +3,9 @@ run), and the tools beside them: diff, replicate, check-config and power.
 
 Each stage reads only the paths it is given and writes only its outputs, all or nothing.
 Errors a user can cause print one line (`lengthgen: error: ...`) and exit with status 2.
-This module only parses arguments and calls one function of the stage's own module, so it is
-in no stage's code digest (lengthgen.support.digest): what a stage computes lives in that module.
+This module only parses arguments and calls one function of the stage's own module: what a stage
+computes lives in that module. A stage's code digest (lengthgen.support.digest.cli_text) holds the
+part of this file that can still change its output: its subcommands' functions and declarations.
 """
 
 from __future__ import annotations
@@ -259,6 +260,20 @@ def cmd_check_config(a) -> None:
     config.check_files(a.files)
 
 
+def cmd_warm_server(a) -> None:
+    from lengthgen.support import warm
+
+    warm.serve(a.socket, a.parent, _fresh_main)
+
+
+def _fresh_main(argv: list[str]) -> int:
+    """`main` as src/ has it now: what a warm-start worker runs, once its fork has dropped the
+    server's lengthgen modules, so a job started after an edit runs the edited code."""
+    from lengthgen import cli
+
+    return cli.main(argv)
+
+
 def cmd_power(a) -> None:
     from lengthgen import plan
     from lengthgen.analysis import power
@@ -506,6 +521,11 @@ def _tools(sub) -> None:
     s.add_argument("--split-half", metavar="OUT", help="instead: the claim words of each half of the run's units, "
                                                        "side by side, into this Markdown file")
     s.set_defaults(func=cmd_power)
+
+    s = sub.add_parser("warm-server", help="the warm-start server a local run starts (lengthgen.support.warm)")
+    s.add_argument("socket")
+    s.add_argument("parent", type=int, help="the run's process: the server ends with it")
+    s.set_defaults(func=cmd_warm_server)
 
 
 def main(argv=None) -> int:

@@ -147,24 +147,39 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_yaml(path) -> dict:
-    """A YAML mapping; UserError names the file, and for a syntax error its line and column."""
+    """A YAML mapping; UserError names the file, and for bad bytes or a syntax error its line (and
+    column). A file with no keys (empty, or only comments) is refused: Snakemake refuses it too,
+    naming no file."""
     try:
-        with open(path) as f:
-            loaded = yaml.load(f, Loader=_LOADER)
-    except FileNotFoundError:
-        raise UserError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: a directory, not a YAML file") from None
+        loaded = yaml.load(_text(path), Loader=_LOADER)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise UserError(f"{path}{where}: not valid YAML ({problem})") from None
     if loaded is None:
-        return {}
+        raise UserError(f"{path}: empty, expected a mapping of config keys")
     if not isinstance(loaded, dict):
         raise UserError(f"{path}: expected a mapping of config keys, found a YAML {type(loaded).__name__}")
     return loaded
+
+
+def _text(path) -> str:
+    """The file at `path` as UTF-8 text (what YAML files are); UserError naming the file, and the line
+    of a byte that is not UTF-8."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: a directory, not a YAML file") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read: {err.strerror}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text (byte {raw[err.start]:#04x}); save the file as UTF-8") from None
 
 
 def load_run_config(basedir, given: dict, configfiles, schema: dict, overrides=()) -> dict:
@@ -181,6 +196,27 @@ def load_run_config(basedir, given: dict, configfiles, schema: dict, overrides=(
         setters = [f"in {path}" for path, keys in zip(files, loaded, strict=True) if key in keys]
         setters += ["by --config"] if key in overrides else []
         raise UserError(f"{err} (set {setters[-1]})" if setters else str(err)) from None
+
+
+# Settings that change no output: a file that sets only these may share the default's results.
+NO_OUTPUT_KEYS = ("warm_start", "gpu_jobs")
+
+
+def default_results_note(basedir, config: dict, configfiles, schema: dict, overrides=()) -> str | None:
+    """One line for a run whose --configfile changes what the default configuration computes but
+    sets no results_dir (nor --config does): it writes the default's results/ directory, whose
+    tables are committed; None for any other run."""
+    files = [Path(f) for f in configfiles]
+    if not files or "results_dir" in overrides or any("results_dir" in load_yaml(f) for f in files):
+        return None
+    default = validate(load_yaml(Path(basedir) / "config.yaml"), schema)
+    if {k: v for k, v in config.items() if k not in NO_OUTPUT_KEYS} == {
+            k: v for k, v in default.items() if k not in NO_OUTPUT_KEYS}:
+        return None
+    shown = [f.relative_to(Path.cwd()) if f.is_relative_to(Path.cwd()) else f for f in files]
+    return (f"lengthgen: note: {', '.join(map(str, shown))} sets no results_dir, so this run writes "
+            f"{config['results_dir']}/ over the default configuration's (committed) tables; give it "
+            f"results_dir: results-{files[-1].stem} to keep them apart")
 
 
 def check_files(paths: list[str]) -> None:

@@ -65,6 +65,22 @@ def test_unknown_revision_is_one_line(repo, history):
     assert done.stderr.startswith("lengthgen: error: git show nosuchrev:") and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(("tables", "expected"), [
+    ("results-smoke/tables", "results-smoke/tables: no such folder"),
+    ("results/figures", "results/figures: no tables (*.csv) in it"),
+    ("results/other", "results/other: none of its 1 table(s) exists at HEAD"),
+])
+@pytest.mark.subprocess
+def test_nothing_to_compare_fails_in_one_line(repo, history, tables, expected):
+    """A missing folder, one without tables, or tables never committed: not "nothing moved"."""
+    (history / "results/figures").mkdir()
+    (history / "results/other").mkdir()
+    (history / "results/other/length_sweep.csv").write_text(NEW)
+    done = _diff(repo, history, "--rev", "HEAD", "--tables", tables)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"lengthgen: error: {expected}") and len(done.stderr.splitlines()) == 1
+
+
 def test_language_tables_match_rows_on_model_method_positions_and_k():
     """influence.csv has many rows per k: rows are matched on (model, method, positions, k), so
     one moved value is one moved cell, not every row of its k misaligned."""

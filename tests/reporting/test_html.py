@@ -94,7 +94,7 @@ def _pages_args(tmp_path, claims, provenance) -> list:
 @pytest.mark.parametrize(("case", "claims", "provenance", "needle"), [
     ("empty_scorecard", "", "{}", "claims.csv: empty file"),
     ("sweep_as_scorecard", "task,scheme,seed\nx,y,0\n", "{}", "claims.csv: not the claims scorecard"),
-    ("broken_provenance", CLAIMS, "{not json", "provenance.json: not JSON"),
+    ("broken_provenance", CLAIMS, "{not json", "provenance.json: not a readable provenance record (JSONDecodeError"),
 ])
 def test_report_pages_of_bad_input_end_in_one_line(tmp_path, case, claims, provenance, needle):
     (tmp_path / "claims.csv").write_text(claims)

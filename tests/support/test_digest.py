@@ -56,6 +56,32 @@ def test_stage_files_follow_imports_and_leave_out_the_command_line_shim():
     assert {"scorecard.py", "claims.py", "stats.py"} <= claims and "cli.py" not in claims
 
 
+CLI_EDITS = {  # an edit of cli.py -> the stages whose digests it changes
+    "# a comment": ('def cmd_claims(a) -> None:\n', 'def cmd_claims(a) -> None:  # a comment\n', set()),
+    "a default": ('"--train-max", type=int, default=1,', '"--train-max", type=int, default=2,', {"claims"}),
+    "a call": ("aggregate.provenance(a.out, a.meta)", "aggregate.provenance(a.out, a.meta[::-1])", {"aggregate"}),
+    "a shared helper": ('missing = [k for k in keys if k not in obj]', 'missing = [k for k in keys if k in obj]',
+                        {"data", "train", "train_stack", "evaluate", "language_attention", "language", "figures"}),
+    "a tool": ("return diff.diff_tables(a.rev, a.tables, a.tolerance)", "return 0", set()),
+}
+
+
+@pytest.mark.parametrize("edit", CLI_EDITS)
+def test_an_edit_of_the_command_line_changes_the_digests_of_the_stages_it_can_change(tmp_path, monkeypatch, edit):
+    old, new, expected = CLI_EDITS[edit]
+    text = digest.CLI.read_text()
+    assert text.count(old) == 1, old
+
+    def digests(cli_text, name):
+        (tmp_path / name).write_text(cli_text)
+        monkeypatch.setattr(digest, "CLI", tmp_path / name)
+        return {stage: digest.stage_digest(f"lengthgen.{module}") for stage, module in _stages().items()}
+
+    before = digests(text, "before.py")
+    after = digests(text.replace(old, new), "after.py")
+    assert {stage for stage in before if before[stage] != after[stage]} == expected
+
+
 def _stages() -> dict[str, str]:
     """The workflow's stages and their entry modules, read from CODE in workflow/rules/common.smk."""
     text = (digest.PACKAGE_DIR.parents[1] / "workflow/rules/common.smk").read_text()

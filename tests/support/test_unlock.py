@@ -33,6 +33,7 @@ def test_snakemake_command_lines_are_recognised():
     assert not is_snakemake(["vim", "Snakefile"])
     assert is_job(["python", "-m", "lengthgen", "train", "--cell", "{}"])
     assert not is_job(["python", "-m", "lengthgen.support.unlock", "snakemake"])
+    assert not is_job(["python", "-m", "lengthgen", "warm-server", "/tmp/x/socket", "123"])
 
 
 def test_configfiles_of_a_command_line_are_resolved(tmp_path):
@@ -153,3 +154,56 @@ def test_a_stage_stopped_by_ctrl_c_says_so_in_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli, "cmd_diff", interrupted)
     assert cli.main(["diff", "--rev", "HEAD"]) == 128 + signal.SIGINT
     assert capsys.readouterr().err == "lengthgen: interrupted (SIGINT); rerunning the workflow resumes this job\n"
+
+
+def _wrapper(tmp_path, *command, **popen) -> subprocess.Popen:
+    return subprocess.Popen([PYTHON, "-m", "lengthgen.support.unlock", *command], cwd=tmp_path,
+                            env=venv_env(PYTHONPATH=str(REPO / "src")), text=True, **popen)
+
+
+@pytest.mark.subprocess
+def test_a_second_run_of_one_configuration_started_at_once_is_told_it_is_running(tmp_path):
+    """Before the first run's Snakemake has made its lock (here it never does), the second run of
+    the same --configfile stops in lengthgen's line, not on Snakemake's lock error; another
+    configuration goes on."""
+    holds = [PYTHON, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(60)", "--configfile", "a.yaml"]
+    first, held = _wrapper(tmp_path, *holds, stdout=subprocess.PIPE), None
+    try:
+        held = int(first.stdout.readline())
+        runs = [PYTHON, "-c", "print('ran')", "--configfile"]
+        second = _wrapper(tmp_path, *runs, "a.yaml", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = second.communicate(timeout=60)
+        assert (second.returncode, out) == (1, ""), err
+        assert err == (f"lengthgen: a run of this configuration is already running in {tmp_path}; wait for it to "
+                       "end, or stop it first\n")
+        other = _wrapper(tmp_path, *runs, "b.yaml", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert other.communicate(timeout=60) == ("ran\n", "") and other.returncode == 0
+    finally:
+        first.kill()
+        first.wait()
+        if held:  # in a process group of its own: the wrapper's SIGKILL leaves it
+            os.kill(held, signal.SIGKILL)
+
+
+@pytest.mark.subprocess
+def test_an_interrupt_stops_the_whole_run_at_once_and_leaves_no_process(tmp_path):
+    """SIGTERM (what make passes on) interrupts the run's process group, as Ctrl-C would, rather
+    than wait for its jobs: a job and a server that ignores Ctrl-C (the warm-start server) are
+    gone when the wrapper returns, and what the shutdown prints is held back for one line."""
+    job = "import time; time.sleep(60)"
+    server = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"
+    run = (f"import signal, subprocess, sys, time; ps = [subprocess.Popen([sys.executable, '-c', c]) for c in "
+           f"({job!r}, {server!r})]; print(*(p.pid for p in ps), flush=True); "
+           "signal.signal(signal.SIGINT, lambda *a: print('Error in rule train: ...', file=sys.stderr) or "
+           "[p.wait() for p in ps[:1]] and sys.exit(1)); time.sleep(60)")
+    proc = _wrapper(tmp_path, PYTHON, "-c", run, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pids = [int(pid) for pid in proc.stdout.readline().split()]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert err.splitlines() == ["lengthgen: run interrupted (SIGTERM); rerun the same command to resume: finished "
+                                "jobs are kept and training resumes from its last checkpoint"]
+    time.sleep(0.5)  # reaped by init
+    for pid in pids:
+        state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
+        assert state in ("", "Z"), f"pid {pid} is still running ({state})"

@@ -2,6 +2,7 @@
 its streams, exit status and signals; a job started differently runs cold; a job
 killed outright takes its worker with it; the server goes when its parent does."""
 
+import ast
 import os
 import re
 import signal
@@ -143,3 +144,31 @@ def test_wait_ready_ends_at_a_dead_server_or_the_timeout_in_one_line(tmp_path):
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_the_server_imports_nothing_of_lengthgen():
+    """The command line imports this module (its Ctrl-C line, the server subcommand): an import back
+    would make the two a cycle."""
+    tree = ast.parse((REPO / "src/lengthgen/support/warm.py").read_text())
+    found = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    found += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert not [name for name in found if name.split(".")[0] == "lengthgen"]
+
+
+@pytest.mark.subprocess
+def test_a_worker_runs_the_entry_the_server_was_handed(short_tmp):
+    socket_path = short_tmp / "socket"
+    serve = ("import sys; from lengthgen.support import warm; "
+             "warm.serve(sys.argv[1], int(sys.argv[2]), lambda argv: print('entry got', argv) or 7)")
+    env = venv_env(PYTHONPATH=str(REPO / "src"))
+    server = subprocess.Popen([PYTHON, "-c", serve, str(socket_path), str(os.getpid())], env=env,
+                              stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(socket_path.exists, "the server's socket")
+        job = "import sys; from lengthgen.support import warm; sys.exit(warm.forward(['stage', '--x']))"
+        done = subprocess.run([PYTHON, "-c", job], env={**env, warm.ENV: str(socket_path)}, capture_output=True,
+                              text=True, timeout=120)
+    finally:
+        server.terminate()
+        server.wait()
+    assert (done.returncode, done.stdout) == (7, "entry got ['stage', '--x']\n"), done.stderr

@@ -15,7 +15,8 @@ from lengthgen import config as lgconfig  # noqa: E402
 from lengthgen import plan  # noqa: E402
 from lengthgen.support.digest import stage_digest  # noqa: E402
 from lengthgen.support.errors import UserError  # noqa: E402
-from lengthgen.support.fileio import canonical_json  # noqa: E402
+from lengthgen.support import fileio as lgfileio  # noqa: E402
+from lengthgen.support.fileio import MADE_FROM_TABLES, canonical_json  # noqa: E402
 from snakemake.settings.types import DeploymentMethod  # noqa: E402
 
 
@@ -30,19 +31,37 @@ def _refuse_subdirectory():
 
 try:
     _refuse_subdirectory()
+    SCHEMA = lgconfig.load_yaml(Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
     # config.yaml is read here, beside the Snakefile, not by a `configfile:` directive: found from
     # any directory, and its errors name the file, line and column.
     CONFIG = lgconfig.load_run_config(
         workflow.basedir,
         config,
         workflow.overwrite_configfiles,
-        lgconfig.load_yaml(Path(workflow.basedir) / "workflow/schemas/config.schema.yaml"),
+        SCHEMA,
         overrides=dict(workflow.config_settings.config),
     )
+    # Before anything runs: a variant that would write over the default's committed tables.
+    if workflow.is_main_process and (
+        note := lgconfig.default_results_note(
+            workflow.basedir,
+            CONFIG,
+            workflow.overwrite_configfiles,
+            SCHEMA,
+            overrides=dict(workflow.config_settings.config),
+        )
+    ):
+        print(note, file=sys.stderr)
 except UserError as err:
     sys.exit(f"lengthgen: error: {err}")  # one line, no traceback, nothing written
 
 RESULTS = CONFIG["results_dir"]
+if workflow.is_main_process:
+    # Snakemake plans no job over a write-protected output, and says neither where nor what to do.
+    try:
+        lgfileio.check_writable(RESULTS)
+    except UserError as err:
+        sys.exit(f"lengthgen: error: {err}")
 # Jobs that may share one GPU (lengthgen.support.device claims a slot of one); jobs inherit it.
 os.environ.update(LENGTHGEN_GPU_JOBS=str(CONFIG["gpu_jobs"]))
 # Where a job may remove an intermediate it fails to read, so that a rerun rebuilds it
@@ -119,13 +138,15 @@ def start_warm():
 
 def check_machine():
     """Stop in one line, before any job runs or any output is deleted, when a setting needs what
-    this machine lacks (lengthgen.config.check_machine). Runs in `onstart`: a dry run, and a
-    cluster run's submitting node, may plan for other machines."""
+    this machine lacks (lengthgen.config.check_machine) or its disk is full. Runs in `onstart`:
+    a dry run, and a cluster run's submitting node, may plan for other machines."""
     if not workflow.local_exec:
         return
     rules = {job.rule.name for job in workflow.dag.needrun_jobs()}
     try:
         lgconfig.check_machine(CONFIG, rules)
+        if rules:
+            lgfileio.check_free_space(RESULTS)
     except UserError as err:
         sys.exit(f"lengthgen: error: {err}")
 
@@ -307,7 +328,7 @@ def made_from_tables():
     them before it reads anything (its --stale): Snakemake removes only a failed job's own
     outputs, so a failed aggregate left the old scorecard beside no table to back it. They are
     remade whenever that job runs anyway; a Snakemake-side fix (onerror) would miss killed runs."""
-    return [results(f"tables/{name}") for name in ("claims.csv", "claims.md", "claims.html", "summary.html")]
+    return [results(f"tables/{name}") for name in MADE_FROM_TABLES]
 
 
 def language_tables():

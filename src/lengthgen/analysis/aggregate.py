@@ -18,7 +18,14 @@ import pandas as pd
 
 from lengthgen.support import identity, markdown
 from lengthgen.support.errors import UserError
-from lengthgen.support.fileio import atomic_path, canonical_json, read_intermediate, remove_stale, write_text
+from lengthgen.support.fileio import (
+    atomic_path,
+    canonical_json,
+    corrupt_table,
+    read_intermediate,
+    remove_stale,
+    write_text,
+)
 
 KEYS = ["task", "scheme", "seed", "length", "k", "depth"]  # those a table has, in this order
 AXES = ["k", "depth"]  # second axes of a test set, beside length
@@ -68,13 +75,17 @@ def _parser_problem(err: Exception) -> str:
 def read_table(path, columns: list[str], what: str, rows: bool = True, **read_csv) -> pd.DataFrame:
     """A table of this pipeline; UserError naming the file when it is no CSV table (parse_csv),
     another table, or (with `rows`) empty: a stage must not plot or judge what it was not
-    meant to read."""
-    df = parse_csv(Path(path).read_bytes(), str(path), what, **read_csv)
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise UserError(f"{path}: not {what}: no column(s) {', '.join(missing)}")
-    if rows and df.empty:
-        raise UserError(f"{path}: {what} without rows")
+    meant to read. In a job of the workflow such a table is removed, with the scorecard pages
+    made from the tables (fileio.corrupt_table), so that rerunning rebuilds them."""
+    try:
+        df = parse_csv(Path(path).read_bytes(), str(path), what, **read_csv)
+        missing = [c for c in columns if c not in df.columns]
+        if missing:
+            raise UserError(f"{path}: not {what}: no column(s) {', '.join(missing)}")
+        if rows and df.empty:
+            raise UserError(f"{path}: {what} without rows")
+    except UserError as err:
+        raise corrupt_table(path, err) from None
     return df
 
 

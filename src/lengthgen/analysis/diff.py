@@ -39,12 +39,6 @@ def bytes_at(rev: str, path: Path) -> bytes | None:
     return done.stdout
 
 
-def table_at(rev: str, path: Path) -> pd.DataFrame | None:
-    """The CSV at `path` as committed in `rev`, or None if it did not exist there."""
-    raw = bytes_at(rev, path)
-    return None if raw is None else _read(raw, f"{path} at {rev}")
-
-
 def changed_conditions(rev: str, provenance: Path) -> list[str]:
     """How the records of the runs behind the two versions of the tables differ, from
     provenance.json: one line per differing entry, none when either side has no record."""
@@ -89,6 +83,16 @@ def moved_cells(old: pd.DataFrame, new: pd.DataFrame, tolerance: float) -> pd.Da
     return pd.DataFrame(rows)
 
 
+def _tables(tables_dir: Path) -> list[Path]:
+    """The CSV tables in `tables_dir`; UserError when there is no such folder or no table in it."""
+    if not tables_dir.is_dir():
+        raise UserError(f"{tables_dir}: no such folder; expected the tables of a run (<results_dir>/tables)")
+    tables = sorted(tables_dir.glob("*.csv"))
+    if not tables:
+        raise UserError(f"{tables_dir}: no tables (*.csv) in it; run the workflow first")
+    return tables
+
+
 def _moved(a: str, b: str, tolerance: float) -> bool:
     try:
         return abs(float(a) - float(b)) > tolerance
@@ -97,8 +101,15 @@ def _moved(a: str, b: str, tolerance: float) -> bool:
 
 
 def diff_tables(rev: str, tables_dir, tolerance: float, out=print) -> int:
-    """Print the moved cells per table; return 1 if any moved, else 0."""
+    """Print the moved cells per table; return 1 if any moved, else 0. Nothing to compare (no
+    folder, no tables in it, none of them at `rev`) is a UserError: silence would read as
+    "nothing moved"."""
     tables_dir = Path(tables_dir)
+    tables = _tables(tables_dir)
+    committed = {path: bytes_at(rev, path) for path in tables}
+    if all(raw is None for raw in committed.values()):
+        raise UserError(f"{tables_dir}: none of its {len(tables)} table(s) exists at {rev}; nothing to compare "
+                        "(were they ever committed?)")
     provenance = tables_dir.parent / "provenance.json"
     conditions = changed_conditions(rev, provenance)
     if conditions:
@@ -107,13 +118,12 @@ def diff_tables(rev: str, tables_dir, tolerance: float, out=print) -> int:
         for line in conditions:
             out(f"  {line}")
     any_moved = False
-    for path in sorted(tables_dir.glob("*.csv")):
-        old = table_at(rev, path)
-        if old is None:
+    for path, raw in committed.items():
+        if raw is None:
             out(f"{path}: new since {rev}")
             any_moved = True
             continue
-        moved = moved_cells(old, _read(path.read_bytes(), str(path)), tolerance)
+        moved = moved_cells(_read(raw, f"{path} at {rev}"), _read(path.read_bytes(), str(path)), tolerance)
         if len(moved):
             any_moved = True
             out(f"{path}: {len(moved)} cell(s) moved beyond {tolerance} since {rev}")

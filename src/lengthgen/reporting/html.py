@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import jinja2
 import markupsafe
@@ -18,7 +19,7 @@ import yaml
 from lengthgen.analysis import claims
 from lengthgen.analysis.aggregate import read_table
 from lengthgen.support.errors import UserError
-from lengthgen.support.fileio import write_text
+from lengthgen.support.fileio import atomic_paths, corrupt_table, read_intermediate
 
 CLAIMS_COLUMNS = ["claim", "check", "value", "threshold", "result", "detail"]  # what every scorecard has
 # The scorecard's verdicts, in the tally's order; `descriptive` rows show the numbers behind one.
@@ -165,19 +166,25 @@ def summary(summary_md) -> str:
             parts.append(_table(header, [[(c, _shade(c)) for c in row] for row in rows], css="summary"))
             table.clear()
 
-    with open(summary_md, encoding="utf-8") as f:
-        for line in f.read().splitlines():
-            if line.startswith("|"):
-                table.append(line)
-                continue
-            flush()
-            if m := re.match(r"^(#{1,3}) (.*)", line):
-                level = len(m.group(1)) + 1  # the page's title is h1
-                parts.append(HEADING.render(level=level, text=m.group(2)))
-            elif line.strip():
-                parts.append(PARAGRAPH.render(text=line))
+    for line in _summary_lines(summary_md):
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        flush()
+        if m := re.match(r"^(#{1,3}) (.*)", line):
+            level = len(m.group(1)) + 1  # the page's title is h1
+            parts.append(HEADING.render(level=level, text=m.group(2)))
+        elif line.strip():
+            parts.append(PARAGRAPH.render(text=line))
     flush()
     return _page("Length sweep summary", "".join(parts))
+
+
+def _summary_lines(summary_md) -> list[str]:
+    try:
+        return Path(summary_md).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise corrupt_table(summary_md, UserError(f"{summary_md}: not UTF-8 text, expected the summary")) from None
 
 
 def _shade(cell: str) -> str:
@@ -192,11 +199,8 @@ def _shade(cell: str) -> str:
 def run_page(config: dict, provenance_json) -> tuple[str, str]:
     """(the effective configuration as YAML, an HTML page of it and of the provenance record)."""
     config_yaml = yaml.safe_dump(config, sort_keys=False, default_flow_style=None, width=100)
-    with open(provenance_json, encoding="utf-8") as f:
-        try:
-            provenance = json.dumps(json.load(f), indent=2, sort_keys=True)
-        except json.JSONDecodeError as err:
-            raise UserError(f"{provenance_json}: not JSON ({err.msg}), expected the provenance record") from None
+    record = read_intermediate(provenance_json, lambda path: json.loads(Path(path).read_bytes()), "provenance record")
+    provenance = json.dumps(record, indent=2, sort_keys=True)
     body = RUN.render(config_yaml=config_yaml, provenance=provenance)
     return config_yaml, _page("Configuration and provenance", body)
 
@@ -204,7 +208,7 @@ def run_page(config: dict, provenance_json) -> tuple[str, str]:
 def write_pages(claims_csv, summary_md, provenance_json, config: dict, out: dict) -> None:
     """out: scorecard, summary, run (HTML pages) and config (YAML) -> path."""
     config_yaml, run_html = run_page(config, provenance_json)
-    write_text(out["scorecard"], scorecard(claims_csv))
-    write_text(out["summary"], summary(summary_md))
-    write_text(out["run"], run_html)
-    write_text(out["config"], config_yaml)
+    pages = {"scorecard": scorecard(claims_csv), "summary": summary(summary_md), "run": run_html, "config": config_yaml}
+    with atomic_paths([out[name] for name in pages]) as temporaries:
+        for tmp, text in zip(temporaries, pages.values(), strict=True):
+            tmp.write_text(text)

@@ -7,9 +7,10 @@ build and needs no torch.
 
 What is hashed is each file's syntax tree without docstrings, not its bytes: comments,
 docstrings, blank lines and line breaks do not change what a stage computes, so editing them
-reruns nothing. The command-line shim (`cli.py`, `__main__.py`) is in no digest: it parses
-arguments and calls one function of the stage's module, and a changed flag changes the rule's
-shell command, which Snakemake sees by itself.
+reruns nothing. Of the command line (`cli.py`), a stage's digest holds what can change its
+output: the subcommand functions that call its module, the helpers they use, and their
+subcommands' argument declarations (a default or a type the rule does not override); an edit of
+another subcommand, of the error handling or of a tool (diff) reruns nothing.
 """
 
 from __future__ import annotations
@@ -89,7 +90,11 @@ def code_text(path: Path) -> str:
 
 @functools.cache
 def _code_text(path: Path, mtime_ns: int, size: int) -> str:
-    tree = ast.parse(path.read_text(), str(path))
+    return ast.dump(_without_docstrings(ast.parse(path.read_text(), str(path))), annotate_fields=False,
+                    include_attributes=False)
+
+
+def _without_docstrings(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (
@@ -100,7 +105,77 @@ def _code_text(path: Path, mtime_ns: int, size: int) -> str:
             and isinstance(body[0].value.value, str)
         ):
             node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree, annotate_fields=False, include_attributes=False)
+    return tree
+
+
+CLI = PACKAGE_DIR / "cli.py"
+
+
+def cli_text(entry: str) -> str:
+    """What of the command line (`cli.py`) can change the output of a stage whose module is
+    `entry`: the top-level functions that import `entry` (its subcommands' `cmd_*`), the
+    declarations of the subcommands that dispatch to them (from `sub.add_parser` to the next),
+    and the top-level functions and names these use, as syntax trees without docstrings."""
+    stat = CLI.stat()
+    return _cli_text(entry, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _cli_text(entry: str, mtime_ns: int, size: int) -> str:
+    tree = _without_docstrings(ast.parse(CLI.read_text(), str(CLI)))
+    top = {name: node for node in tree.body for name in _defined(node)}
+    commands = {name for name, node in top.items() if isinstance(node, ast.FunctionDef) and entry in _imported(node)}
+    chosen = [block for node in tree.body if isinstance(node, ast.FunctionDef)
+              for block in _subcommands(node) if _dispatched(block) & commands]
+    todo, kept = [*commands, *(n for block in chosen for stmt in block for n in _names(stmt))], set()
+    while todo:
+        name = todo.pop()
+        if name in top and name not in kept:
+            kept.add(name)
+            todo.extend(_names(top[name]))
+    nodes = [node for node in tree.body if kept & set(_defined(node))] + [stmt for block in chosen for stmt in block]
+    return "\n".join(ast.dump(node, annotate_fields=False, include_attributes=False) for node in nodes)
+
+
+def _defined(node: ast.stmt) -> list[str]:
+    if isinstance(node, ast.FunctionDef | ast.ClassDef):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return []
+
+
+def _imported(node: ast.AST) -> set[str]:
+    found = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.ImportFrom) and sub.module:
+            found |= {sub.module, *(f"{sub.module}.{alias.name}" for alias in sub.names)}
+        elif isinstance(sub, ast.Import):
+            found |= {alias.name for alias in sub.names}
+    return found
+
+
+def _subcommands(function: ast.FunctionDef) -> list[list[ast.stmt]]:
+    """The statements of `function` in runs that each start at a `... = ....add_parser(...)`."""
+    blocks = []
+    for stmt in function.body:
+        starts = (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)
+                  and isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr == "add_parser")
+        if starts:
+            blocks.append([])
+        if blocks:
+            blocks[-1].append(stmt)
+    return blocks
+
+
+def _dispatched(block: list[ast.stmt]) -> set[str]:
+    """The functions a subcommand's `set_defaults(func=...)` names."""
+    return {kw.value.id for stmt in block for call in ast.walk(stmt) if isinstance(call, ast.Call)
+            for kw in call.keywords if kw.arg == "func" and isinstance(kw.value, ast.Name)}
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name)}
 
 
 def stage_digest(entry: str, kind: str | None = None) -> str:
@@ -108,4 +183,5 @@ def stage_digest(entry: str, kind: str | None = None) -> str:
     h = hashlib.sha256()
     for path in stage_files(entry, kind):
         h.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + code_text(path).encode() + b"\0")
+    h.update(b"cli.py\0" + cli_text(entry).encode())
     return h.hexdigest()[:16]

@@ -47,6 +47,15 @@ def atomic_path(path):
             tmp.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def atomic_paths(paths):
+    """atomic_path for files that go together (the pages of one scorecard): yield their temporary
+    siblings, and rename them onto `paths` only once every one is written, so that a failure or
+    an interrupt while writing leaves the old set whole, never some new pages beside old ones."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(atomic_path(path)) for path in paths]
+
+
 # errno values that say the file system would not take the bytes, whichever call met them
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.EIO}
 
@@ -79,6 +88,42 @@ def _free_bytes(path: Path) -> str:
         with contextlib.suppress(OSError):
             return f"{shutil.disk_usage(folder).free:,}"
     return "unknown"
+
+
+# Below this, a run's first job logs and checkpoints would not fit: the disk is full.
+MIN_FREE_BYTES = 10 * 2**20
+
+
+def check_free_space(folder) -> None:
+    """UserError when the file system of `folder` (of its nearest existing parent) is full: said
+    before the run, since the jobs' own logs, on the same disk, come out empty."""
+    for existing in (Path(folder), *Path(folder).parents):
+        with contextlib.suppress(OSError):
+            free = shutil.disk_usage(existing).free
+            break
+    else:
+        return
+    if free < MIN_FREE_BYTES:
+        raise UserError(f"{folder}: the disk is full ({free:,} bytes free on its file system, under the "
+                        f"{MIN_FREE_BYTES:,} a run needs to start); free some space and rerun")
+
+
+def check_writable(folder) -> None:
+    """UserError naming the first of `folder`, its entries and those of its tables/ and figures/
+    that this user cannot write (a read-only copy, file system or permission): Snakemake would
+    refuse it as a protected output, saying neither which folder nor what to do."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    entries = [folder, *sorted(folder.iterdir())]
+    for sub in ("tables", "figures"):
+        if (folder / sub).is_dir():
+            entries += sorted((folder / sub).iterdir())
+    locked = next((p for p in entries if not p.is_symlink() and not os.access(p, os.W_OK)), None)
+    if locked is not None:
+        which = "" if locked == folder else f" ({locked} cannot be written)"
+        raise UserError(f"{folder}: read-only{which}; make it writable (chmod -R u+w {folder}) or set results_dir "
+                        "to a folder you can write, and rerun")
 
 
 def remove_stale(paths) -> None:
@@ -158,13 +203,39 @@ _SYSTEM_ERRNOS = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EISDIR, errno.E
 def corrupt(path, problem: str) -> CorruptIntermediate:
     """The error for the unreadable intermediate `path`, removed first where read_intermediate
     removes one."""
-    root = os.environ.get(RESULTS_ENV)
-    target = Path(path).resolve()
-    if root and target.is_relative_to(Path(root).resolve()) and target.is_file():
-        with contextlib.suppress(FileNotFoundError):
-            target.unlink()
+    if _remove_under_results(path):
         return CorruptIntermediate(f"{path}: {problem}; removed it: rerun the workflow to rebuild it")
     return CorruptIntermediate(f"{path}: {problem}; delete it and rerun the workflow to rebuild it")
+
+
+def _remove_under_results(path, *made_from) -> bool:
+    """Remove the file `path`, and the files `made_from` it, if it lies under the run's results
+    directory (RESULTS_ENV): whether it did."""
+    root = os.environ.get(RESULTS_ENV)
+    target = Path(path).resolve()
+    if not (root and target.is_relative_to(Path(root).resolve()) and target.is_file()):
+        return False
+    for made in (target, *made_from):
+        Path(made).unlink(missing_ok=True)
+    return True
+
+
+# The pages of a tables folder made from its tables: the scorecard (claims rule) and the report's
+# HTML of it and of the summary (report_pages). They go whenever a table they are made from does
+# (workflow/rules/common.smk, made_from_tables; corrupt_table).
+MADE_FROM_TABLES = ("claims.csv", "claims.md", "claims.html", "summary.html")
+
+
+def corrupt_table(path, err: UserError) -> UserError:
+    """`err`, the error for a table of a tables folder that fails to read. In a job of the
+    workflow the table is removed with the pages made from the tables beside it, which would
+    otherwise stay up to date beside no table, so that the rerun rebuilds the table and the whole
+    scorecard; a table read by hand (the committed ones, another run's) is left alone."""
+    folder = Path(path).parent
+    if _remove_under_results(path, *(folder / name for name in MADE_FROM_TABLES)):
+        return CorruptIntermediate(f"{err}; removed it and the scorecard pages made from it: rerun the workflow "
+                                   "to rebuild them")
+    return err
 
 
 def _first_sentence(err: Exception) -> str:

@@ -71,7 +71,13 @@ def check(instance, schema: dict, root: dict, prefix=()) -> None:
     validator = jsonschema.Draft202012Validator({**schema, "$defs": root["$defs"]})
     error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
     if error is not None:
-        raise UserError(f"{where([*prefix, *error.absolute_path])}: {error.message}")
+        raise UserError(f"{where([*prefix, *error.absolute_path])}: {_message(error)}")
+
+
+def _message(error) -> str:
+    """jsonschema's message, but a failed `pattern` in the words of the schema's patternMessage."""
+    words = error.schema.get("patternMessage") if error.validator == "pattern" else None
+    return f"{error.instance!r} {words}" if words else error.message
 
 
 def section(dotted: str, given: dict | None) -> dict:

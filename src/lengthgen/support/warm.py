@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 ENV = "LENGTHGEN_WARM"  # the server's socket path; jobs run warm when it is set
@@ -128,15 +129,19 @@ def _reply(replies) -> dict:
 # -- the server's side ----------------------------------------------------------------------
 
 
-def serve(path: str, parent: int) -> None:
+def serve(path: str, parent: int, entry: Callable[[list[str]], int]) -> None:
     """Accept jobs on the socket at `path` until the `parent` process (Snakemake) exits, or a
-    signal ends the server; then remove the socket's folder (`stop` may never run)."""
+    signal ends the server; then remove the socket's folder (`stop` may never run). A worker
+    runs a job's argv with `entry` (the command line's main, handed in by it: this module
+    imports no lengthgen module, so that the command line may import it)."""
     # SIGTERM (what `stop` sends) and SIGHUP unwind through the `finally` instead of ending the
-    # process where it stands; a fork resets them before it runs a job (`_become`).
+    # process where it stands; a fork resets them before it runs a job (`_become`). Ctrl-C
+    # reaches the server with the rest of the run: Snakemake's shutdown stops it, untorn.
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _exit_on_signal)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        _serve(path, parent)
+        _serve(path, parent, entry)
     finally:
         shutil.rmtree(Path(path).parent, ignore_errors=True)
 
@@ -145,7 +150,7 @@ def _exit_on_signal(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
 
-def _serve(path: str, parent: int) -> None:
+def _serve(path: str, parent: int, entry) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)  # bound before the imports: an early job waits for them, not imports too
@@ -161,12 +166,12 @@ def _serve(path: str, parent: int) -> None:
         except TimeoutError:
             continue
         conn.settimeout(10.0)  # a request is sent at once; a stalled job must not stall the rest
-        _handle(listener, conn)
+        _handle(listener, conn, entry)
     _log("parent exited; stopping")
     listener.close()
 
 
-def _handle(listener: socket.socket, conn: socket.socket) -> None:
+def _handle(listener: socket.socket, conn: socket.socket, entry) -> None:
     """Fork a worker for the job on `conn`, or tell it to run cold."""
     request, fds = _read_request(conn)
     command = " ".join((request or {}).get("argv", [])[:1])
@@ -179,7 +184,7 @@ def _handle(listener: socket.socket, conn: socket.socket) -> None:
             differ = [f"fork ({err})"]
     if pid == 0:
         listener.close()
-        _worker(conn, request, fds)  # never returns
+        _worker(conn, request, fds, entry)  # never returns
     if pid:
         _log(f"{command}: worker {pid}")
     elif request:
@@ -209,7 +214,7 @@ def _read_request(conn: socket.socket) -> tuple[dict | None, list[int]]:
         return None, fds
 
 
-def _worker(conn: socket.socket, request: dict, fds: list[int]) -> None:
+def _worker(conn: socket.socket, request: dict, fds: list[int], entry) -> None:
     """In the fork: become the job, run it, report its status, exit."""
     code = 1
     try:
@@ -217,7 +222,7 @@ def _worker(conn: socket.socket, request: dict, fds: list[int]) -> None:
         conn.settimeout(None)
         conn.sendall(json.dumps({"pid": os.getpid()}).encode() + b"\n")
         threading.Thread(target=_exit_with_job, args=(conn,), daemon=True).start()
-        code = _run(request["argv"])
+        code = _run(entry, request["argv"])
         conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
     except BaseException:
         traceback.print_exc()
@@ -243,12 +248,10 @@ def _become(request: dict, fds: list[int]) -> None:
         del sys.modules[name]  # the server's copy may be older than src/: import it afresh
 
 
-def _run(argv: list[str]) -> int:
+def _run(entry, argv: list[str]) -> int:
     """`python -m lengthgen argv` in this process: the exit status it would have."""
     try:
-        from lengthgen.cli import main
-
-        code = main(argv)
+        code = entry(argv)
     except SystemExit as exit_:  # as the interpreter maps it to a status
         code = 0 if exit_.code is None else exit_.code
         if not isinstance(code, int):
@@ -304,7 +307,7 @@ def start(log_path, threads: int) -> tuple[subprocess.Popen, Path] | None:
     try:
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "a") as log:
-            argv = [python, "-m", "lengthgen.support.warm", str(directory / "socket"), str(os.getpid())]
+            argv = [python, "-m", "lengthgen", "warm-server", str(directory / "socket"), str(os.getpid())]
             server = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                       env={**{k: v for k, v in os.environ.items() if k != ENV},
                                            **dict.fromkeys(THREAD_ENV, str(threads))})
@@ -414,6 +417,3 @@ def stop(server: subprocess.Popen, directory: Path) -> None:
     server.wait()
     shutil.rmtree(directory, ignore_errors=True)
 
-
-if __name__ == "__main__":
-    serve(sys.argv[1], int(sys.argv[2]))
