@@ -83,7 +83,7 @@ BENCH_ARGS ?=
 bench: $(VENV)/.bench-installed  ## benchmark suite -> benchmarks/results.md (11-17 min; BENCH_ARGS=--quick)
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
 
-gpu-check: $(VENV)/.installed  ## on a CUDA machine: smoke grid CUDA vs CPU, the default's GPU time, stacking, tests
+gpu-check: $(VENV)/.installed  ## on a CUDA machine: CUDA against CPU, steps/s, stacking, smoke words, CUDA tests
 	$(PY) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 fetch: $(VENV)/.installed  ## download what a run needs (the offline E4 corpus) for machines without network

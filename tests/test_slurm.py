@@ -301,8 +301,9 @@ def test_slurm_profile_resources_by_dry_run(workflow_copy):
     assert cpu["length_sweep"]["runtime"] == "30" and cpu["length_sweep"]["gpu"] == "0"
     assert cpu["generate_dataset"]["runtime"] == "30" and "gpu" not in cpu["generate_dataset"]
     gpu = planned("--config", "device=cuda")  # stack: auto, so training is one stacked job per (task, scheme)
-    stacked = [rule for rule in gpu if rule.startswith("train_seeds_")]
-    assert stacked and all(gpu[rule]["gpu"] == "1" for rule in stacked) and gpu["length_sweep"]["gpu"] == "1"
+    stacked = [rule for rule in gpu if rule.startswith(("train_seeds_", "length_sweep_seeds_"))]  # one job per stack
+    assert {r.split("_seeds_")[0] for r in stacked} == {"train", "length_sweep"}
+    assert all(gpu[rule]["gpu"] == "1" for rule in stacked)
 
 
 @pytest.mark.slurm

@@ -100,17 +100,25 @@ def cmd_train_stack(a) -> None:
     stacked.train_block(a.cells, a.data, a.out_dirs, a.checkpoint, code_digest=a.code_digest, log=_log)
 
 
+def _model_jobs(a) -> list[tuple]:
+    """(model, test set, out, expect) per --model: the models of one job (a stack's seeds)."""
+    for flag, given in (("--data", a.data), ("--out", a.out), ("--expect", a.expect)):
+        if given is not None and len(given) != len(a.model):
+            raise UserError(f"{flag}: {len(given)} given for {len(a.model)} models (--model); one per model")
+    return list(zip(a.model, a.data, a.out, a.expect or [None] * len(a.model), strict=True))
+
+
 def cmd_sweep(a) -> None:
     from lengthgen.evaluation import sweep as evaluate
 
     _require(a.eval, ("device", "threads", "batch_size"), "--eval")
-    evaluate.length_sweep(a.model, a.data, a.out, a.eval, log=_log, expect=a.expect)
+    evaluate.length_sweeps(_model_jobs(a), a.eval, log=_log)
 
 
 def cmd_attention(a) -> None:
     from lengthgen.evaluation import attention
 
-    attention.cell_attention(a.model, a.data, a.out, a.config, log=_log, expect=a.expect)
+    attention.cells_attention(_model_jobs(a), a.config, log=_log)
 
 
 def cmd_language_attention(a) -> None:
@@ -332,22 +340,23 @@ def _training_stages(sub) -> None:
     s.add_argument("--code-digest", default="")
     s.set_defaults(func=cmd_train_stack)
 
-    s = sub.add_parser("sweep", help="evaluate one trained cell at every test length")
-    s.add_argument("--model", required=True)
-    s.add_argument("--data", required=True)
+    # Several models (a stack's seeds) in one process: one --data, --out and --expect per --model.
+    s = sub.add_parser("sweep", help="evaluate trained cells at every test length")
+    s.add_argument("--model", nargs="+", required=True)
+    s.add_argument("--data", nargs="+", required=True, help="each model's test set")
     s.add_argument("--eval", type=_json, required=True)
-    s.add_argument("--out", required=True)
+    s.add_argument("--out", nargs="+", required=True)
     # the workflow always passes it; optional for a sweep run by hand
-    s.add_argument("--expect", type=_identity, help="the cell the model must be: task/scheme/seed<n>@config")
+    s.add_argument("--expect", nargs="+", type=_identity, help="each model's cell: task/scheme/seed<n>@config")
     s.set_defaults(func=cmd_sweep)
 
-    s = sub.add_parser("attention", help="attention and attribution on the dependency sets of one trained cell")
-    s.add_argument("--model", required=True)
-    s.add_argument("--data", required=True, help="the task's test set")
+    s = sub.add_parser("attention", help="attention and attribution on the dependency sets of trained cells")
+    s.add_argument("--model", nargs="+", required=True)
+    s.add_argument("--data", nargs="+", required=True, help="each model's test set")
     s.add_argument("--config", type=_json, default={},
                    help="examples, targets, batch_size, device, threads (JSON; missing keys: the defaults)")
-    s.add_argument("--expect", type=_identity, help="the cell the model must be: task/scheme/seed<n>@config")
-    s.add_argument("--out", required=True)
+    s.add_argument("--expect", nargs="+", type=_identity, help="each model's cell: task/scheme/seed<n>@config")
+    s.add_argument("--out", nargs="+", required=True)
     s.set_defaults(func=cmd_attention)
 
 

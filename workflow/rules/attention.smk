@@ -10,29 +10,66 @@ localrules:
     figure_attention,
 
 
-rule attention:
-    input:
-        model=results("runs/{task}/{scheme}/seed{seed}/model.pt"),
-        # the test set the cell's sweep reads: its seed's own draw by default (test_sets)
-        data=test_set,
-    output:
-        results("runs/{task}/{scheme}/seed{seed}/attention.parquet"),
-    log:
-        results("logs/attention/{task}/{scheme}/seed{seed}.log"),
-    benchmark:
-        results("benchmarks/attention/{task}/{scheme}/seed{seed}.tsv")
-    conda:
-        ENV
-    threads: CONFIG["threads"]
-    resources:
-        gpu=GPU,
-    params:
-        config=as_json({**ATTENTION, "device": CONFIG["device"], "threads": CONFIG["threads"]}),
-        expect=cell_token,
-        code=task_code("attention"),
-    shell:
-        "python -m lengthgen attention --model {input.model:q} --data {input.data:q} --config {params.config:q}"
-        " --expect {params.expect:q} --out {output:q} 2> {log:q}"
+if not SWEEP_BLOCKS:
+
+    rule attention:
+        input:
+            model=results("runs/{task}/{scheme}/seed{seed}/model.pt"),
+            # the test set the cell's sweep reads: its seed's own draw by default (test_sets)
+            data=test_set,
+        output:
+            results("runs/{task}/{scheme}/seed{seed}/attention.parquet"),
+        log:
+            results("logs/attention/{task}/{scheme}/seed{seed}.log"),
+        benchmark:
+            results("benchmarks/attention/{task}/{scheme}/seed{seed}.tsv")
+        conda:
+            ENV
+        threads: CONFIG["threads"]
+        resources:
+            gpu=GPU,
+        params:
+            config=as_json({**ATTENTION, "device": CONFIG["device"], "threads": CONFIG["threads"]}),
+            expect=cell_token,
+            code=task_code("attention"),
+        shell:
+            "python -m lengthgen attention --model {input.model:q} --data {input.data:q} --config {params.config:q}"
+            " --expect {params.expect:q} --out {output:q} 2> {log:q}"
+
+else:
+    # With stacked training, one job per trained block of seeds, as the sweeps (evaluate.smk).
+    for _block, _tasks in SWEEP_BLOCKS.items():
+        _seeds = "-".join(map(str, _block))
+
+        rule:
+            name:
+                f"attention_seeds_{_seeds.replace('-', '_')}"
+            input:
+                models=block_files("runs/{task}/{scheme}/seed{seed}/model.pt", _block),
+                data=block_test_sets(_block),
+            output:
+                block_files("runs/{task}/{scheme}/seed{seed}/attention.parquet", _block),
+            log:
+                results(f"logs/attention/{{task}}/{{scheme}}/seeds{_seeds}.log"),
+            benchmark:
+                results(f"benchmarks/attention/{{task}}/{{scheme}}/seeds{_seeds}.tsv")
+            wildcard_constraints:
+                task="|".join(re.escape(t) for t in _tasks),
+            conda:
+                ENV
+            threads: CONFIG["threads"]
+            resources:
+                gpu=GPU,
+                # under SLURM: profiles/slurm's set-resources name rules, not these per-block ones
+                runtime=lambda w, attempt: 30 * attempt,
+                mem_mb=4000,
+            params:
+                config=as_json({**ATTENTION, "device": CONFIG["device"], "threads": CONFIG["threads"]}),
+                expect=block_tokens(_block),
+                code=task_code("attention"),
+            shell:
+                "python -m lengthgen attention --model {input.models:q} --data {input.data:q}"
+                " --config {params.config:q} --expect {params.expect:q} --out {output:q} 2> {log:q}"
 
 
 # E4: each pair's long language model's attention at its scored tokens, against their greedy tokens.

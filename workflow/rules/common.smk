@@ -189,6 +189,34 @@ def test_set(wildcards):
     return results(f"data/{wildcards.task}/{lgconfig.test_split(CONFIG, int(wildcards.seed))}.parquet")
 
 
+def stack_blocks():
+    """{seeds of a block: the tasks whose seeds form it} when training is stacked (`stack` > 1,
+    or `auto` on CUDA: lgconfig.stack_size and seed_blocks, as train.smk cuts them); empty when
+    every task trains one model per job. Sweeps and attention then take one job per block too."""
+    sizes = {t["name"]: lgconfig.stack_size(CONFIG, t) for t in CONFIG["tasks"]}
+    blocks = {}
+    if set(sizes.values()) != {1}:
+        for task in CONFIG["tasks"]:
+            for block in lgconfig.seed_blocks(task["seeds"], sizes[task["name"]]):
+                blocks.setdefault(tuple(block), []).append(task["name"])
+    return blocks
+
+
+def block_files(pattern, block):
+    """`pattern` (with {task} and {scheme} wildcards and a {seed} field) for each seed of a block."""
+    return [results(pattern.replace("{seed}", str(s))) for s in block]
+
+
+def block_test_sets(block):
+    """The test set each seed of a block is scored on, in the block's order (as test_set)."""
+    return lambda w: [results(f"data/{w.task}/{lgconfig.test_split(CONFIG, s)}.parquet") for s in block]
+
+
+def block_tokens(block):
+    """The identity each seed's checkpoint of a block must record, in the block's order (as cell_token)."""
+    return lambda w: [lgconfig.cell_token(CONFIG, w.task, w.scheme, s) for s in block]
+
+
 def cell_token(wildcards):
     """The identity a cell's checkpoint must record (lengthgen.support.identity): a model.pt of another
     cell in this cell's directory would be counted as this one."""

@@ -172,9 +172,21 @@ def cell_attention(model_path, data_path, out, cfg: dict, log=print, expect: str
     """Write one row per (test group, layer, head, metric) of one trained cell, long format.
     `expect`: the identity token of the cell (lengthgen.support.identity); the checkpoint must hold it,
     and the table records it, as a sweep does."""
+    cells_attention([(model_path, data_path, out, expect)], cfg, log)
+
+
+def cells_attention(jobs: list[tuple], cfg: dict, log=print) -> None:
+    """`cell_attention` of every (model, test set, out, expect) of `jobs` (the seeds of a stack)
+    in one process, as evaluation.sweep.length_sweeps: the device claimed once, each model
+    loaded once and measured on its own test set, to the bytes it gives alone."""
     machine = {key: cfg[key] for key in ("device", "threads") if key in cfg}
     cfg = schema.section("attention", {k: v for k, v in cfg.items() if k not in machine})
     dev = devices.resolve(machine.get("device", "cpu"), machine.get("threads", 1))
+    for model_path, data_path, out, expect in jobs:
+        _cell_attention(model_path, data_path, out, cfg, dev, log, expect)
+
+
+def _cell_attention(model_path, data_path, out, cfg: dict, dev, log, expect: str | None) -> None:
     model, ckpt = load_model(model_path, dev)
     held = held_identity(ckpt)
     identity.check(model_path, held, expect, "the model", "delete it and rerun the workflow to retrain this cell")

@@ -3,6 +3,7 @@
 The model's configuration comes from its checkpoint, never from the command line, and
 the test set must be of the task the model was trained on. The checkpoint must be the cell's
 the rule runs for (`expect`); the sweep records that identity for aggregation to check.
+`length_sweeps` sweeps several models (the seeds of a stack) in one process, each as alone.
 """
 
 from __future__ import annotations
@@ -79,12 +80,24 @@ def held_identity(ckpt: dict) -> str | None:
     return identity.of_cell(cell) if isinstance(cell, dict) else None
 
 
-@torch.no_grad()
 def length_sweep(model_path, data_path, out, eval_cfg: dict, log=print, expect: str | None = None) -> None:
     """Write one row per test group (length, k or depth) with exact match (`accuracy`), token
     accuracy and, for a position head, the accuracy of the IDs it fed back, all decoded.
     `expect`: the identity token of the cell this sweep is for; the checkpoint must hold it."""
+    length_sweeps([(model_path, data_path, out, expect)], eval_cfg, log)
+
+
+def length_sweeps(jobs: list[tuple], eval_cfg: dict, log=print) -> None:
+    """`length_sweep` of every (model, test set, out, expect) of `jobs` in one process: on a GPU a
+    process's start and CUDA set-up cost more than a small model's sweep. The device is claimed
+    once; each model is loaded once and swept on its own test set, to the bytes it gives alone."""
     dev = devices.resolve(eval_cfg["device"], eval_cfg["threads"])
+    for model_path, data_path, out, expect in jobs:
+        _sweep(model_path, data_path, out, eval_cfg, dev, log, expect)
+
+
+@torch.no_grad()
+def _sweep(model_path, data_path, out, eval_cfg: dict, dev, log, expect: str | None) -> None:
     model, ckpt = load_model(model_path, dev)
     held = held_identity(ckpt)
     # the rows take task, scheme and seed from the checkpoint: another cell's would be counted as it
