@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import platform
 import re
 import subprocess
@@ -215,7 +216,8 @@ def provenance(out, meta_paths=()) -> None:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
         dirty = bool(subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True).stdout)
     except (OSError, subprocess.CalledProcessError):
-        commit, dirty = "unknown", None
+        # a copy of the tree without its .git (a compute node's): the commit it was copied from, if given
+        commit, dirty = os.environ.get("LENGTHGEN_GIT_COMMIT", "unknown"), None
     devices = sorted({read_intermediate(p, _read_json, "meta.json record")["device"] for p in meta_paths})
     info = {
         "git_commit": commit,
