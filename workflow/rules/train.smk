@@ -72,6 +72,11 @@ else:
             threads: CONFIG["threads"]
             resources:
                 gpu=GPU,
+                # under SLURM: profiles/slurm's set-resources name rules, not these per-block ones.
+                # Each seed holds its own padded training set (about 2.5 GB at paper.yaml's 2 million
+                # E1 examples), so memory grows with the block.
+                runtime=lambda w, attempt: 240 * attempt,
+                mem_mb=lambda w, block=_block: 2000 + 3000 * len(block),
             params:
                 cells=lambda w, block=_block: as_json([lgconfig.cell_slice(CONFIG, w.task, w.scheme, s) for s in block]),
                 checkpoint=results(f"checkpoints/{{task}}/{{scheme}}/seeds{_seeds}/last.pt"),
