@@ -2,6 +2,7 @@
 on; a live Snakemake of the same configuration stops the run in one line, one of another
 configuration does not."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -207,3 +208,28 @@ def test_an_interrupt_stops_the_whole_run_at_once_and_leaves_no_process(tmp_path
     for pid in pids:
         state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
         assert state in ("", "Z"), f"pid {pid} is still running ({state})"
+
+
+def _state(pid: int) -> str:
+    return subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()[:1]
+
+
+@pytest.mark.subprocess
+def test_ctrl_z_suspends_the_run_and_fg_resumes_it(tmp_path):
+    """Snakemake runs in a process group of its own, which the terminal's Ctrl-Z does not reach:
+    the wrapper passes it on, and the SIGCONT of `fg`."""
+    ticks = "import os, time\nprint(os.getpid(), flush=True)\nfor _ in range(20):\n    time.sleep(0.1)"
+    proc, child = _wrapper(tmp_path, PYTHON, "-c", ticks, stdout=subprocess.PIPE, start_new_session=True), None
+    try:
+        child = int(proc.stdout.readline())
+        os.killpg(proc.pid, signal.SIGTSTP)  # as the terminal sends it, to the foreground group
+        deadline = time.monotonic() + 10
+        while (_state(proc.pid), _state(child)) != ("T", "T"):
+            assert time.monotonic() < deadline, (_state(proc.pid), _state(child))
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGCONT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        for group in (proc.pid, child):
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.killpg(group, signal.SIGKILL)

@@ -19,6 +19,7 @@ import ast
 import functools
 import hashlib
 from pathlib import Path
+from typing import NamedTuple
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
@@ -117,24 +118,47 @@ def cli_text(entry: str) -> str:
     declarations of the subcommands that dispatch to them (from `sub.add_parser` to the next),
     and the top-level functions and names these use, as syntax trees without docstrings."""
     stat = CLI.stat()
-    return _cli_text(entry, stat.st_mtime_ns, stat.st_size)
+    return _cli_text(entry, CLI, stat.st_mtime_ns, stat.st_size)
 
 
 @functools.cache
-def _cli_text(entry: str, mtime_ns: int, size: int) -> str:
-    tree = _without_docstrings(ast.parse(CLI.read_text(), str(CLI)))
-    top = {name: node for node in tree.body for name in _defined(node)}
-    commands = {name for name, node in top.items() if isinstance(node, ast.FunctionDef) and entry in _imported(node)}
-    chosen = [block for node in tree.body if isinstance(node, ast.FunctionDef)
-              for block in _subcommands(node) if _dispatched(block) & commands]
-    todo, kept = [*commands, *(n for block in chosen for stmt in block for n in _names(stmt))], set()
+def _cli_text(entry: str, path: Path, mtime_ns: int, size: int) -> str:
+    units = _cli_units(path, mtime_ns, size)
+    defined = {name: unit for unit in units for name in unit.defines}
+    commands = {name for name, unit in defined.items() if entry in unit.imports}
+    chosen = [unit for unit in units if unit.dispatches & commands]
+    todo, kept = [*commands, *(name for unit in chosen for name in unit.uses)], set()
     while todo:
         name = todo.pop()
-        if name in top and name not in kept:
+        if name in defined and name not in kept:
             kept.add(name)
-            todo.extend(_names(top[name]))
-    nodes = [node for node in tree.body if kept & set(_defined(node))] + [stmt for block in chosen for stmt in block]
-    return "\n".join(ast.dump(node, annotate_fields=False, include_attributes=False) for node in nodes)
+            todo.extend(defined[name].uses)
+    return "\n".join(unit.text for unit in units if unit.defines & kept or unit in chosen)
+
+
+class _Unit(NamedTuple):
+    """A top-level statement of cli.py, or the declaration of one subcommand."""
+
+    defines: frozenset[str]
+    imports: frozenset[str]
+    dispatches: frozenset[str]
+    uses: frozenset[str]
+    text: str
+
+
+@functools.cache
+def _cli_units(path: Path, mtime_ns: int, size: int) -> tuple[_Unit, ...]:
+    """cli.py in units, parsed once per version of the file: every stage's digest reads it."""
+    tree = _without_docstrings(ast.parse(path.read_text(), str(path)))
+    blocks = [block for node in tree.body if isinstance(node, ast.FunctionDef) for block in _subcommands(node)]
+    return (*(_unit([node], defines=frozenset(_defined(node))) for node in tree.body),
+            *(_unit(block, dispatches=_dispatched(block)) for block in blocks))
+
+
+def _unit(nodes: list[ast.stmt], defines=frozenset(), dispatches=frozenset()) -> _Unit:
+    return _Unit(defines=defines, imports=frozenset(name for node in nodes for name in _imported(node)),
+                 dispatches=dispatches, uses=frozenset(name for node in nodes for name in _names(node)),
+                 text="\n".join(ast.dump(node, annotate_fields=False, include_attributes=False) for node in nodes))
 
 
 def _defined(node: ast.stmt) -> list[str]:

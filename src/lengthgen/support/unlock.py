@@ -171,7 +171,16 @@ def run(argv: list[str]) -> int:
         if child is not None:
             _interrupt(child, again=len(got) > 1)
 
-    previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    def on_suspend(signum, frame):  # Ctrl-Z, then `fg`: the terminal's signals reach this process alone
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGTSTP if signum == signal.SIGTSTP else signal.SIGCONT)
+        if signum == signal.SIGTSTP:
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    handlers = {signal.SIGINT: on_signal, signal.SIGTERM: on_signal, signal.SIGHUP: on_signal,
+                signal.SIGTSTP: on_suspend, signal.SIGCONT: on_suspend}
+    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
     relays = []
     try:
         streams = [_stream(fd) for fd in (1, 2)]
