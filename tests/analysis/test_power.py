@@ -45,7 +45,7 @@ def test_a_clear_row_agrees_and_a_row_at_its_floor_does_not(tmp_path, schema):
     assert by.loc["alibi", "agreement"] < 0.9
     assert np.allclose(table[["p_pass", "p_fail", "p_inconclusive"]].sum(axis=1), 1.0)
     text = power.agreement_table(run, table)
-    assert "| 12 | 1.00 | 12 |" in text and "more than 12" in text
+    assert "| 12 | 1.00 | 12 |" in text and "more than 12: not decidable at this cost" in text
 
 
 def test_resampled_units_keep_each_seeds_rows_together(tmp_path, schema):
@@ -75,3 +75,15 @@ def test_the_table_goes_into_its_block_and_a_missing_block_is_named(tmp_path):
     assert doc.read_text() == "a\n<!-- power: results -->\n| new |\n<!-- end power -->\nb\n"
     with pytest.raises(power.UserError, match="no block '<!-- power: results-confirm -->'"):
         power.write_block(doc, "results-confirm", "x")
+
+
+def test_a_row_that_agrees_only_below_its_units_needs_more_not_fewer(tmp_path, schema):
+    """INCONCLUSIVE for want of units, a row agrees at half the units; that says nothing of what
+    it needs: the count is the fewest from which every larger multiple agrees."""
+    run = _run(tmp_path, schema, {"rope": 0.4})
+    check = next(iter(run.words(run.claims["stats"])))
+    table = pd.DataFrame([{"check": check, "observed": "FAIL", "factor": f, "agreement": a}
+                          for f, a in ((0.5, 0.95), (1.0, 0.6), (2.0, 0.95))])
+    assert "| 24 |" in power.agreement_table(run, table).splitlines()[-1]
+    table.loc[2, "agreement"] = 0.6
+    assert "more than 24: not decidable" in power.agreement_table(run, table)
