@@ -235,7 +235,8 @@ def check_machine(config: dict, rules) -> None:
     when the run starts (the workflow's onstart: after the DAG is built, before any job runs or
     any output is deleted), not by `validate`: a dry run may plan for another machine
     (config/paper.yaml's `device: cuda` on a login node without GPUs)."""
-    uses_device = any(r in DEVICE_RULES or r.startswith("train_seeds_") for r in rules)
+    stacked = ("train_seeds_", "length_sweep_seeds_", "attention_seeds_")  # one rule per block of seeds
+    uses_device = any(r in DEVICE_RULES or r.startswith(stacked) for r in rules)
     if config["device"] == "cuda" and uses_device:
         # torch itself, not a look for the driver's files: those differ by platform (WSL has none)
         import torch
