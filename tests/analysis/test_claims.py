@@ -701,3 +701,24 @@ def test_the_committed_scorecard_is_what_todays_claims_code_makes_of_the_committ
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "claims.csv").read_text() == (REPO / run / "tables/claims.csv").read_text()
     assert (tmp_path / "claims.md").read_text() == (REPO / run / "tables/claims.md").read_text()
+
+
+def test_the_scorecards_two_pages_are_swapped_in_together(tmp_path, monkeypatch):
+    """A failure while the Markdown page is written leaves the old CSV page too, not a new CSV
+    beside an old Markdown page."""
+    import pathlib
+
+    from lengthgen.analysis.claims import write_scorecard
+
+    csv, md = tmp_path / "claims.csv", tmp_path / "claims.md"
+    csv.write_text("old csv\n")
+    md.write_text("old md\n")
+
+    def refuse(self, *args, **kwargs):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(pathlib.Path, "write_text", refuse)
+    with pytest.raises(OSError, match="disk gone"):
+        write_scorecard([], csv, md)
+    assert csv.read_text() == "old csv\n" and md.read_text() == "old md\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["claims.csv", "claims.md"]

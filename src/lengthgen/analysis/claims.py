@@ -19,7 +19,7 @@ import pandas as pd
 from lengthgen.analysis import stats
 from lengthgen.analysis.stats import FAIL, INCONCLUSIVE, PASS, spearman  # noqa: F401 (spearman: re-exported)
 from lengthgen.support import markdown
-from lengthgen.support.fileio import atomic_path, write_text
+from lengthgen.support.fileio import atomic_paths
 
 DESCRIPTIVE, NOT_MEASURED = "descriptive", "N/A"
 COLUMNS = ["claim", "experiment", "check", "value", "ci_low", "ci_high", "p", "n", "threshold", "result", "detail"]
@@ -691,11 +691,13 @@ def _scorecard_cells(r) -> list:
 
 
 def write_scorecard(rows: list[dict], csv_out, md_out, run: str = "exploratory") -> None:
+    """claims.csv and claims.md, renamed into place together: never one page of a new
+    scorecard beside the other of an old one."""
     df = pd.DataFrame(rows, columns=COLUMNS)
-    with atomic_path(csv_out) as tmp:
-        df.to_csv(tmp, index=False, float_format="%.4f", lineterminator="\n")
     lines = ["# Claims scorecard\n", f"Run: {RUN_KINDS[run]}.\n"]
     lines += [f"- {heading(c)}: {verdict(rows, c)}" for c in sorted(df["claim"].unique())]
     lines += ["", *markdown.table(["claim", "experiment", "check", "value", "95% CI", "p", "n", "threshold", "result",
                                    "detail"], (_scorecard_cells(r) for r in df.itertuples()))]
-    write_text(md_out, "\n".join(lines) + "\n")
+    with atomic_paths([csv_out, md_out]) as (csv_tmp, md_tmp):
+        df.to_csv(csv_tmp, index=False, float_format="%.4f", lineterminator="\n")
+        md_tmp.write_text("\n".join(lines) + "\n")
