@@ -1,6 +1,6 @@
 """Job-seconds by stage and task, from the `benchmark:` files a run leaves in <results>/benchmarks.
 
-    python benchmarks/job_seconds.py results-replicate
+    python benchmarks/job_seconds.py results-confirm
 
 Prints a markdown table (jobs, total and median seconds per job) for docs/performance.md.
 The files hold each job's wall time (column `s`), so the sum is the run's CPU-job cost, not
