@@ -159,26 +159,16 @@ def private_imports(path: Path, package: Path = PACKAGE) -> list[str]:
 GRAPH = import_graph()
 MODULES = modules()
 
-# The warm-start server (support/warm.py) imports the command line to run it, and the command
-# line imports the server's signal handling: the one cycle left, which another branch removes by
-# handing the server its entry function. Both marks turn themselves off once warm.py stops
-# importing cli.
-WARM_IMPORTS_CLI = "cli" in GRAPH.get("support.warm", set())
-WARM_CLI = pytest.mark.xfail(WARM_IMPORTS_CLI, strict=True, reason=(
-    "support/warm.py imports cli.main; the warm-start branch hands the server the entry function instead"))
-
-
 def test_every_package_and_top_level_module_has_its_place_in_the_order():
     assert not unplaced(GRAPH, ORDER), "add them to ORDER (and to the table in docs/design.md)"
     assert sorted(ORDER) == sorted({unit_of(m) for m in GRAPH}), "ORDER names a unit that is gone"
 
 
-@pytest.mark.parametrize("module", [pytest.param(m, marks=WARM_CLI) if m == "support.warm" else m for m in GRAPH])
+@pytest.mark.parametrize("module", sorted(GRAPH))
 def test_imports_point_down_the_order(module):
     assert not upward_imports(GRAPH, ORDER, module), f"{module} ({unit_of(module)}) imports a later unit"
 
 
-@WARM_CLI
 def test_no_import_cycle():
     assert not cycles(GRAPH), "modules that import each other"
     assert not cycles(unit_graph(GRAPH)), "packages that import each other"
