@@ -82,8 +82,13 @@ def test_a_row_that_agrees_only_below_its_units_needs_more_not_fewer(tmp_path, s
     it needs: the count is the fewest from which every larger multiple agrees."""
     run = _run(tmp_path, schema, {"rope": 0.4})
     check = next(iter(run.words(run.claims["stats"])))
-    table = pd.DataFrame([{"check": check, "observed": "FAIL", "factor": f, "agreement": a}
+    words = {"p_pass": 0.0, "p_fail": 1.0, "p_inconclusive": 0.0}
+    table = pd.DataFrame([{"check": check, "observed": "FAIL", "factor": f, **words, "agreement": a}
                           for f, a in ((0.5, 0.95), (1.0, 0.6), (2.0, 0.95))])
     assert "| 24 |" in power.agreement_table(run, table).splitlines()[-1]
     table.loc[2, "agreement"] = 0.6
     assert "more than 24: not decidable" in power.agreement_table(run, table)
+    # INCONCLUSIVE at half the units (too few), FAIL from the run's units on: it needs the 12
+    table = table.assign(agreement=1.0)
+    table.loc[0, ["p_fail", "p_inconclusive"]] = [0.0, 1.0]
+    assert power.agreement_table(run, table).splitlines()[-1].endswith("| 12 |")

@@ -211,14 +211,20 @@ def agreement_table(run: Run, table: pd.DataFrame, target: float = 0.9) -> str:
     for check, g in table.groupby("check", sort=False):
         g = g.set_index("factor")
         units = _units(run, check)
-        # the fewest units from which on every multiple tried agrees: a row that is INCONCLUSIVE
-        # for want of units agrees well below them, which says nothing of what it needs
-        held = [f for i, f in enumerate(factors) if all(g.loc[x, "agreement"] >= target for x in factors[i:])]
+        # the fewest units from which on every multiple tried gives the run's word, and agrees on it:
+        # a row that is INCONCLUSIVE for want of units agrees well below them, on another word
+        steady = {f: g.loc[f, "agreement"] >= target and _modal(g.loc[f]) == g.iloc[0]["observed"] for f in factors}
+        held = [f for i, f in enumerate(factors) if all(steady[x] for x in factors[i:])]
         needs = (f"{round(held[0] * units)}" if held else
                  f"more than {round(factors[-1] * units)}: not decidable at this cost")
         cells = " | ".join(f"{g.loc[f, 'agreement']:.2f}" for f in factors)
         lines.append(f"| {check} | {g.iloc[0]['observed']} | {units} | {cells} | {needs} |")
     return "\n".join(lines)
+
+
+def _modal(row: pd.Series) -> str:
+    """The word a row's simulated runs gave most often."""
+    return max(WORDS, key=lambda w: row[f"p_{w.lower()}"])
 
 
 def _units(run: Run, check: str) -> int:
