@@ -92,3 +92,5 @@ def test_a_row_that_agrees_only_below_its_units_needs_more_not_fewer(tmp_path, s
     table = table.assign(agreement=1.0)
     table.loc[0, ["p_fail", "p_inconclusive"]] = [0.0, 1.0]
     assert power.agreement_table(run, table).splitlines()[-1].endswith("| 12 |")
+    steady = table.assign(observed="INCONCLUSIVE", p_fail=0.0, p_inconclusive=1.0)
+    assert "INCONCLUSIVE at every count to 24: not decidable" in power.agreement_table(run, steady)

@@ -215,8 +215,12 @@ def agreement_table(run: Run, table: pd.DataFrame, target: float = 0.9) -> str:
         # a row that is INCONCLUSIVE for want of units agrees well below them, on another word
         steady = {f: g.loc[f, "agreement"] >= target and _modal(g.loc[f]) == g.iloc[0]["observed"] for f in factors}
         held = [f for i, f in enumerate(factors) if all(steady[x] for x in factors[i:])]
-        needs = (f"{round(held[0] * units)}" if held else
-                 f"more than {round(factors[-1] * units)}: not decidable at this cost")
+        if not held:
+            needs = f"more than {round(factors[-1] * units)}: not decidable at this cost"
+        elif g.iloc[0]["observed"] == claims.INCONCLUSIVE:  # steady, but undecided: no count decides it
+            needs = f"INCONCLUSIVE at every count to {round(factors[-1] * units)}: not decidable at this cost"
+        else:
+            needs = f"{round(held[0] * units)}"
         cells = " | ".join(f"{g.loc[f, 'agreement']:.2f}" for f in factors)
         lines.append(f"| {check} | {g.iloc[0]['observed']} | {units} | {cells} | {needs} |")
     return "\n".join(lines)
