@@ -75,12 +75,14 @@ def _test_config(workdir: Path) -> Path:
 def _expected_cluster_jobs(config_path: Path) -> set[tuple[str, str]]:
     """(rule, wildcards) of every non-local job of the grid, as Snakemake prints them."""
     cfg = yaml.safe_load(config_path.read_text())
-    per_seed = cfg.get("test_sets", "per_seed") == "per_seed"  # each seed's own test draw
+    own_test = cfg.get("test_sets", "per_seed") == "per_seed"  # each seed's own test draw
+    own_train = cfg.get("train_sets", "per_seed") == "per_seed"  # and training set
     # the attention stage runs unless the config turns it off (attention: null)
     cell_rules = ("train", "length_sweep") + (("attention",) if cfg.get("attention", {}) is not None else ())
     jobs = set()
     for task in cfg["tasks"]:
-        splits = ["train"] + ([f"test-seed{s}" for s in cfg["seeds"]] if per_seed else ["test"])
+        splits = [f"train-seed{s}" for s in cfg["seeds"]] if own_train else ["train"]
+        splits += [f"test-seed{s}" for s in cfg["seeds"]] if own_test else ["test"]
         for split in splits:
             jobs.add(("generate_dataset", f"task={task['name']}, split={split}"))
         for scheme in task["schemes"]:

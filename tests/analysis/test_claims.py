@@ -699,8 +699,28 @@ def test_the_committed_scorecard_is_what_todays_claims_code_makes_of_the_committ
     done = subprocess.run(argv, cwd=tmp_path, env=venv_env(PYTHONPATH=str(tmp_path / "src")), text=True,
                           capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "claims.csv").read_text() == (REPO / run / "tables/claims.csv").read_text()
-    assert (tmp_path / "claims.md").read_text() == (REPO / run / "tables/claims.md").read_text()
+    committed = REPO / run / "tables"
+    if _same_libraries(REPO / run / "provenance.json"):
+        assert (tmp_path / "claims.csv").read_text() == (committed / "claims.csv").read_text()
+        assert (tmp_path / "claims.md").read_text() == (committed / "claims.md").read_text()
+        return
+    # made with other numpy/pandas builds (a GPU node's): float sums may round in another last
+    # bit and break a tie of ranks the other way, so every row's check, result and n must match,
+    # every value within 1e-3, and a permutation p within 0.005
+    got, want = (pd.read_csv(p, keep_default_na=False) for p in (tmp_path / "claims.csv", committed / "claims.csv"))
+    keys = ["claim", "check", "result", "n", "threshold"]
+    assert got[keys].equals(want[keys])
+    for column, tolerance in (("value", 1e-3), ("ci_low", 1e-3), ("ci_high", 1e-3), ("p", 5e-3)):
+        a, b = (pd.to_numeric(df[column], errors="coerce").to_numpy(dtype=float) for df in (got, want))
+        assert np.allclose(a, b, atol=tolerance, equal_nan=True), column
+
+
+def _same_libraries(provenance) -> bool:
+    """Whether a run's numpy and pandas are this environment's (its provenance.json)."""
+    import json
+
+    recorded = json.loads(provenance.read_text())
+    return (recorded["numpy"], recorded["pandas"]) == (np.__version__, pd.__version__)
 
 
 def test_the_scorecards_two_pages_are_swapped_in_together(tmp_path, monkeypatch):
