@@ -141,8 +141,8 @@ def _deep_merge(base: dict, override: dict) -> dict:
     return out
 
 
-# libyaml's loader when PyYAML was built with it: several times faster than the pure-Python one,
-# and the schema is loaded on every Snakemake start (dry runs and no-ops included).
+# libyaml's loader (C) when PyYAML was built with it, not the pure-Python one: the schema is
+# loaded on every Snakemake start (dry runs and no-ops included).
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -274,7 +274,7 @@ def task_by_name(config: dict, name: str) -> dict:
 
 def train_cost(config: dict, task_name: str) -> int:
     """A training cell's cost, up to a factor: its step budget times its longest training
-    sequence (E2's cells cost about 20 times E1's). Only the order matters (job priorities)."""
+    sequence. Only the order matters (job priorities): E2's long sequences before E1's short ones."""
     task = task_by_name(config, task_name)
     module = tasks.get(task["kind"])
     return task["train"]["max_steps"] * module.seq_len(task["params"], task["params"]["n_max"])

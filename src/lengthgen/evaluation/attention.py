@@ -200,8 +200,8 @@ def _cell_attention(model_path, data_path, out, cfg: dict, dev, log, expect: str
     keys = np.stack([arrays[g] for g in module.GROUP], axis=1)
     columns = {name: [] for name in ["task", "scheme", "seed", *module.GROUP, "layer", "head", "metric", "value",
                                      "examples", "targets"]}
-    # The recomputed forward is checked against the model's on the longest group (the last):
-    # a check per group cost about a seventh of the stage.
+    # The recomputed forward is checked against the model's on the longest group (the last)
+    # alone: a check per group would redo each group's forward, a large share of the stage.
     groups = np.unique(keys, axis=0)
     for n_group, key in enumerate(groups):
         idx = np.flatnonzero((keys == key).all(axis=1))[: cfg["examples"]]

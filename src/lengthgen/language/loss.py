@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import torch
 
-# Logits per chunk: 4 MB on CPU (the fastest measured at the default's 2,048 tokens), 1 GB on a GPU;
-# and at least MIN_ROWS rows, or adding each chunk's share of dL/dW (vocab x d_model) costs more
-# than its products: with GPT-2's vocabulary, chunks of a few rows were markedly slower than one
-# F.cross_entropy over the whole logits, chunks of a few hundred rows a little faster.
+# Logits per chunk: small on CPU, where a chunk that stays in cache pays, large on a GPU; and at
+# least MIN_ROWS rows, because each chunk adds its share of dL/dW (vocab x d_model), a cost that
+# only a chunk of many rows spreads over enough products (timings in docs/performance-archive.md).
 CHUNK_ELEMENTS = {"cpu": 2**20, "cuda": 2**28}  # other devices: as CUDA
 MIN_ROWS = 256
 

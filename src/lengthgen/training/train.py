@@ -104,8 +104,8 @@ def pack(lengths: list[int], width: int) -> tuple[list[int], list[int]]:
 def packed_features(model, tokens: torch.Tensor, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """model.features of (B, T) examples of real `lengths`, computed without their padding.
 
-    Padding was a third of the tokens of a training batch (E2, E3). The examples share rows of
-    width T instead, each attending to its own tokens only (the same function of each example
+    Examples of mixed lengths (E2, E3) would leave much of a padded batch padding. The examples
+    share rows of width T instead, each attending to its own tokens only (the same function of each example
     as unpacked), and the states are gathered back to (B, T, C). A padding position reads an
     arbitrary state: every loss masks it."""
     b, t = tokens.shape
