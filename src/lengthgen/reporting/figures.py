@@ -34,17 +34,9 @@ def sparse_parity(sweep_csv, tasks: list[str], train_max: int, out, fit_min: flo
     _mark_unfit(grid, unfit, several_models_per_k)
     lengths = sorted(df["length"].unique())
     for ax in grid.axes.flat:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(lengths, [str(n) for n in lengths])
-        ax.minorticks_off()
-        ax.axvline(train_max, color="grey", lw=0.8, ls="--")  # longest training length
-        ax.set_ylim(0.25, 1.02)  # a constant answer scores about 0.5; bands may dip lower
-    grid.set_titles(row_template="{row_name}", col_template="{col_name}")
-    grid.set_axis_labels("test length n", "accuracy")
-    title = "\n".join(["Sparse parity: accuracy vs length (mean over fitted seeds, band = bootstrap 95% CI of the "
-                       "mean; dotted grey: unfit models)", *note])
-    grid.figure.suptitle(title, y=1.03 + 0.09 * len(note))
-    _save(grid, out)
+        _length_axis(ax, lengths, train_max, (0.25, 1.02))  # a constant answer scores about 0.5; bands may dip lower
+    _finish(grid, "test length n", ["Sparse parity: accuracy vs length (mean over fitted seeds, band = bootstrap 95% "
+                                    "CI of the mean; dotted grey: unfit models)", *note], out)
 
 
 def _fitted_only(df, train_max: int, fit_min: float | None):
@@ -114,12 +106,7 @@ def coupling(sweep_csv, tasks: dict, out) -> None:
         facet_kws={"sharey": True, "sharex": False},
     )
     for task, ax in grid.axes_dict.items():
-        lengths = sorted(df.loc[df["task"] == task, "length"].unique())
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(lengths, [str(n) for n in lengths])
-        ax.minorticks_off()
-        ax.axvline(tasks[task], color="grey", lw=0.8, ls="--")  # longest training length
-        ax.set_ylim(-0.02, 1.02)
+        _length_axis(ax, sorted(df.loc[df["task"] == task, "length"].unique()), tasks[task], (-0.02, 1.02))
     grid.set_titles(col_template="{col_name}")
     grid.set_axis_labels("test length (bits n / statements N)", "exact match")
     grid.figure.suptitle("Position coupling: exact match vs length (mean over seeds, band = bootstrap 95% CI of the "
@@ -168,17 +155,25 @@ def needle(sweep_csv, tasks: dict, out, fit_min: float | None = None) -> None:
         facet_kws={"sharey": True},
     )
     for (task, _), ax in grid.axes_dict.items():
-        lengths = sorted(fit.loc[fit["task"] == task, "length"].unique())
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(lengths, [str(n) for n in lengths])
-        ax.minorticks_off()
-        ax.axvline(tasks[task], color="grey", lw=0.8, ls="--")  # longest training haystack
-        ax.set_ylim(-0.02, 1.02)
+        _length_axis(ax, sorted(fit.loc[fit["task"] == task, "length"].unique()), tasks[task], (-0.02, 1.02))
+    _finish(grid, "haystack length n", ["Beyond the paper: needle retrieval vs haystack length (fitted models; band = "
+                                        "bootstrap 95% CI of the mean)", *note], out)
+
+
+def _length_axis(ax, lengths: list, train_max: int, ylim: tuple) -> None:
+    """Test lengths on a log2 axis, ticked where tested; a dashed line at the longest trained."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.minorticks_off()
+    ax.axvline(train_max, color="grey", lw=0.8, ls="--")
+    ax.set_ylim(*ylim)
+
+
+def _finish(grid, xlabel: str, title: list[str], out) -> None:
+    """Row-by-column titles, axis labels and a title whose extra lines (notes) push it up."""
     grid.set_titles(row_template="{row_name}", col_template="{col_name}")
-    grid.set_axis_labels("haystack length n", "accuracy")
-    title = "\n".join(["Beyond the paper: needle retrieval vs haystack length (fitted models; band = bootstrap 95% "
-                       "CI of the mean)", *note])
-    grid.figure.suptitle(title, y=1.03 + 0.09 * len(note))
+    grid.set_axis_labels(xlabel, "accuracy")
+    grid.figure.suptitle("\n".join(title), y=1.03 + 0.09 * (len(title) - 1))
     _save(grid, out)
 
 

@@ -7,6 +7,8 @@ the planted bits. Only y is predicted, so each prediction depends on exactly k t
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from lengthgen.support.errors import UserError
@@ -66,12 +68,8 @@ def _block(n: int, k: int, m: int, params, rng: np.random.Generator):
     return tokens
 
 
-def generate_train(params, n_examples: int, rng: np.random.Generator):
-    return draw_train(_block, params, n_examples, rng)
-
-
-def generate_test(params, eval_cfg, seed: int):
-    return draw_test(_block, params, eval_cfg, seed)
+generate_train = partial(draw_train, _block)  # (params, n_examples, rng)
+generate_test = partial(draw_test, _block)  # (params, eval_cfg, seed)
 
 
 def dependencies(tokens: np.ndarray, positions: np.ndarray, answer_start: int) -> list[tuple[int, list[int]]]:
