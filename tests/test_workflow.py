@@ -240,10 +240,22 @@ def test_a_new_task_module_reruns_nothing(smoke_run):
         (tasks / "another_needle.py").unlink()
 
 
-def test_an_edit_to_the_command_line_shim_reruns_nothing(smoke_run):
-    path, backup = _edited(smoke_run, "src/lengthgen/cli.py", _code_edit)
+@pytest.mark.parametrize("name", ["cli.py", "commands.py"])
+def test_an_edit_to_the_command_line_shim_reruns_nothing(smoke_run, name):
+    path, backup = _edited(smoke_run, f"src/lengthgen/{name}", _code_edit)
     try:
         assert planned_jobs(smoke_run) == []
+    finally:
+        path.write_text(backup)
+
+
+def test_an_edit_of_one_subcommand_s_arguments_reruns_its_stage_and_what_follows(smoke_run):
+    """The sweep's --eval declaration: the sweeps rerun, the training and attention do not."""
+    path, backup = _edited(smoke_run, "src/lengthgen/commands.py",
+                           lambda text: text.replace('"device threads batch_size"', '"batch_size device threads"'))
+    try:
+        assert {r for r, _ in planned_jobs(smoke_run)} == {"length_sweep", "aggregate", "claims", *FIGURES,
+                                                           "report_pages", "all"}
     finally:
         path.write_text(backup)
 

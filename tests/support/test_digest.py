@@ -1,5 +1,6 @@
 """lengthgen.support.digest: what a stage's code digest follows, without running Snakemake."""
 
+import ast
 import os
 import re
 import shutil
@@ -56,30 +57,82 @@ def test_stage_files_follow_imports_and_leave_out_the_command_line_shim():
     assert {"scorecard.py", "claims.py", "stats.py"} <= claims and "cli.py" not in claims
 
 
-CLI_EDITS = {  # an edit of cli.py -> the stages whose digests it changes
-    "# a comment": ('def cmd_claims(a) -> None:\n', 'def cmd_claims(a) -> None:  # a comment\n', set()),
-    "a default": ('"--train-max", type=int, default=1,', '"--train-max", type=int, default=2,', {"claims"}),
-    "a call": ("aggregate.provenance(a.out, a.meta)", "aggregate.provenance(a.out, a.meta[::-1])", {"aggregate"}),
-    "a shared helper": ('missing = [k for k in keys if k not in obj]', 'missing = [k for k in keys if k in obj]',
-                        {"data", "train", "train_stack", "evaluate", "language_attention", "language", "figures"}),
-    "a tool": ("return diff.diff_tables(a.rev, a.tables, a.tolerance)", "return 0", set()),
+CLI_EDITS = {  # an edit of the command line -> the stages whose digests it changes
+    "# a comment": ("cli.py", "def cmd_claims(a) -> None:\n", "def cmd_claims(a) -> None:  # a comment\n", set()),
+    "a docstring": ("commands.py", '"""A required path argument (most arguments are one)."""', '"""Paths."""', set()),
+    "a default": ("commands.py", '"--train-max", type=int, default=1,', '"--train-max", type=int, default=2,',
+                  {"claims"}),
+    "one slice's keys": ("commands.py", '"--eval", "device threads batch_size"', '"--eval", "device threads"',
+                         {"evaluate"}),
+    "a shared argument": ("commands.py", 'STALE = arg("--stale", nargs="*", default=[],',
+                          'STALE = arg("--stale", nargs="+", default=[],',
+                          {"aggregate", "attention_report", "language_scores"}),
+    "the claims section": ("commands.py", 'CLAIMS_SECTION = _section("claims")', 'CLAIMS_SECTION = _json',
+                           {"claims", "figures"}),
+    "a call": ("cli.py", "aggregate.provenance(a.out, a.meta)", "aggregate.provenance(a.out, a.meta[::-1])",
+               {"aggregate"}),
+    "a shared helper": ("commands.py", "missing = [k for k in keys if k not in obj]",
+                        "missing = [k for k in keys if k in obj]",
+                        {"data", "train", "train_stack", "evaluate", "language_attention", "language"}),
+    "a tool": ("cli.py", "return diff.diff_tables(a.rev, a.tables, a.tolerance)", "return 0", set()),
+    "a tool's declaration": ("commands.py", '"--tolerance", type=float, default=0.0,',
+                             '"--tolerance", type=float, default=0.1,', set()),
+    "a new statement": ("commands.py", "\nCOMMANDS = (", "\nUNUSED = 1\nCOMMANDS = (", set()),
 }
 
 
 @pytest.mark.parametrize("edit", CLI_EDITS)
 def test_an_edit_of_the_command_line_changes_the_digests_of_the_stages_it_can_change(tmp_path, monkeypatch, edit):
-    old, new, expected = CLI_EDITS[edit]
-    text = digest.CLI.read_text()
-    assert text.count(old) == 1, old
+    name, old, new, expected = CLI_EDITS[edit]
+    files = {"cli.py": "CLI", "commands.py": "COMMANDS"}
+    text = {attr: getattr(digest, attr).read_text() for attr in files.values()}
+    assert text[files[name]].count(old) == 1, old
 
-    def digests(cli_text, name):
-        (tmp_path / name).write_text(cli_text)
-        monkeypatch.setattr(digest, "CLI", tmp_path / name)
+    def digests(folder, edited):
+        (tmp_path / folder).mkdir()
+        for attr, original in text.items():
+            path = tmp_path / folder / f"{attr}.py"
+            path.write_text(original.replace(old, new) if edited and attr == files[name] else original)
+            monkeypatch.setattr(digest, attr, path)
         return {stage: digest.stage_digest(f"lengthgen.{module}") for stage, module in _stages().items()}
 
-    before = digests(text, "before.py")
-    after = digests(text.replace(old, new), "after.py")
+    before, after = digests("before", False), digests("after", True)
     assert {stage for stage in before if before[stage] != after[stage]} == expected
+
+
+SUBCOMMANDS = {  # each stage's subcommands (those whose functions import its module)
+    "data": {"generate"}, "train": {"train"}, "train_stack": {"train-stack"}, "evaluate": {"sweep"},
+    "attention": {"attention"}, "attention_report": {"aggregate-attention"},
+    "attention_figure": {"figure-attention"}, "language_attention": {"language-attention"},
+    "aggregate": {"aggregate", "provenance"}, "claims": {"claims"}, "report": {"report-pages"},
+    "figures": {"figure"}, "corpus": {"fetch-corpus", "corpus"}, "tokenizer": {"tokenizer", "tokenize"},
+    "language": {"train-lm"}, "influence": {"score"}, "language_report": {"influence-report"},
+    "language_scores": {"language-scores"},
+}
+
+
+def test_a_stage_s_digest_holds_its_subcommands_entries_and_no_other():
+    stat = digest.COMMANDS.stat()
+    entries = {unit.text: unit for unit in digest._cli_units(digest.COMMANDS, stat.st_mtime_ns, stat.st_size)
+               if unit.dispatches}
+    assert len(entries) == len(_parser_stages())
+    for stage, module in _stages().items():
+        text = digest.cli_text(f"lengthgen.{module}")
+        held = {name for entry, unit in entries.items() if entry in text for name in unit.dispatches}
+        assert held == {f"cmd_{sub.replace('-', '_')}" for sub in SUBCOMMANDS[stage]}, stage
+
+
+def test_cli_py_and_commands_py_define_no_name_twice():
+    """A stage's digest follows names through both files as one namespace."""
+    defined = [{name for node in ast.parse(path.read_text()).body for name in digest._defined(node)}
+               for path in (digest.CLI, digest.COMMANDS)]
+    assert not defined[0] & defined[1]
+
+
+def _parser_stages() -> list[str]:
+    from lengthgen import commands
+
+    return [command.name for command in commands.COMMANDS]
 
 
 def _stages() -> dict[str, str]:

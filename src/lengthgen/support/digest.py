@@ -7,10 +7,11 @@ build and needs no torch.
 
 What is hashed is each file's syntax tree without docstrings, not its bytes: comments,
 docstrings, blank lines and line breaks do not change what a stage computes, so editing them
-reruns nothing. Of the command line (`cli.py`), a stage's digest holds what can change its
-output: the subcommand functions that call its module, the helpers they use, and their
-subcommands' argument declarations (a default or a type the rule does not override); an edit of
-another subcommand, of the error handling or of a tool (diff) reruns nothing.
+reruns nothing. Of the command line (`cli.py`, and `commands.py`, its table of subcommands), a
+stage's digest holds what can change its output: the subcommand functions that call its module,
+the helpers they use, and their subcommands' entries of the table with the definitions these name
+(a default or a type the rule does not override); an edit of another subcommand, of the error
+handling or of a tool (diff) reruns nothing.
 """
 
 from __future__ import annotations
@@ -110,20 +111,22 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
 
 
 CLI = PACKAGE_DIR / "cli.py"
+COMMANDS = PACKAGE_DIR / "commands.py"
+TABLE = "COMMANDS"  # commands.py's table of subcommands, one entry each
 
 
 def cli_text(entry: str) -> str:
-    """What of the command line (`cli.py`) can change the output of a stage whose module is
-    `entry`: the top-level functions that import `entry` (its subcommands' `cmd_*`), the
-    declarations of the subcommands that dispatch to them (from `sub.add_parser` to the next),
-    and the top-level functions and names these use, as syntax trees without docstrings."""
-    stat = CLI.stat()
-    return _cli_text(entry, CLI, stat.st_mtime_ns, stat.st_size)
+    """What of the command line (`cli.py` and its table of subcommands, `commands.py`) can change
+    the output of a stage whose module is `entry`: the top-level functions that import `entry`
+    (its subcommands' `cmd_*`), the table's entries of the subcommands they run, and the
+    top-level functions and names these use, as syntax trees without docstrings."""
+    versions = tuple((path, path.stat().st_mtime_ns, path.stat().st_size) for path in (CLI, COMMANDS))
+    return _cli_text(entry, versions)
 
 
 @functools.cache
-def _cli_text(entry: str, path: Path, mtime_ns: int, size: int) -> str:
-    units = _cli_units(path, mtime_ns, size)
+def _cli_text(entry: str, versions: tuple) -> str:
+    units = [unit for version in versions for unit in _cli_units(*version)]
     defined = {name: unit for unit in units for name in unit.defines}
     commands = {name for name, unit in defined.items() if entry in unit.imports}
     chosen = [unit for unit in units if unit.dispatches & commands]
@@ -137,7 +140,7 @@ def _cli_text(entry: str, path: Path, mtime_ns: int, size: int) -> str:
 
 
 class _Unit(NamedTuple):
-    """A top-level statement of cli.py, or the declaration of one subcommand."""
+    """A top-level statement of cli.py or commands.py, or one entry of the table of subcommands."""
 
     defines: frozenset[str]
     imports: frozenset[str]
@@ -148,24 +151,40 @@ class _Unit(NamedTuple):
 
 @functools.cache
 def _cli_units(path: Path, mtime_ns: int, size: int) -> tuple[_Unit, ...]:
-    """cli.py in units, parsed once per version of the file: every stage's digest reads it."""
-    tree = _without_docstrings(ast.parse(path.read_text(), str(path)))
-    blocks = [block for node in tree.body if isinstance(node, ast.FunctionDef) for block in _subcommands(node)]
-    return (*(_unit([node], defines=frozenset(_defined(node))) for node in tree.body),
-            *(_unit(block, dispatches=_dispatched(block)) for block in blocks))
+    """A file of the command line in units, parsed once per version: every stage's digest reads it."""
+    units = []
+    for node in _without_docstrings(ast.parse(path.read_text(), str(path))).body:
+        entries = _table_entries(node)
+        if entries is None:
+            units.append(_unit(node, defines=frozenset(_defined(node))))
+        else:
+            units += [_unit(entry, dispatches=frozenset({_function_of(entry)})) for entry in entries]
+    return tuple(units)
 
 
-def _unit(nodes: list[ast.stmt], defines=frozenset(), dispatches=frozenset()) -> _Unit:
-    return _Unit(defines=defines, imports=frozenset(name for node in nodes for name in _imported(node)),
-                 dispatches=dispatches, uses=frozenset(name for node in nodes for name in _names(node)),
-                 text="\n".join(ast.dump(node, annotate_fields=False, include_attributes=False) for node in nodes))
+def _table_entries(node: ast.stmt) -> list[ast.Call] | None:
+    """The entries of the table of subcommands, when `node` assigns it."""
+    if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [TABLE]:
+        return [entry for entry in node.value.elts if isinstance(entry, ast.Call)]
+    return None
+
+
+def _function_of(entry: ast.Call) -> str:
+    """The function of cli.py that runs an entry's subcommand: `cmd_x_y` for `x-y`, its name."""
+    return "cmd_" + entry.args[0].value.replace("-", "_")
+
+
+def _unit(node: ast.AST, defines=frozenset(), dispatches=frozenset()) -> _Unit:
+    return _Unit(defines=defines, imports=frozenset(_imported(node)), dispatches=dispatches,
+                 uses=frozenset(_names(node)), text=ast.dump(node, annotate_fields=False, include_attributes=False))
 
 
 def _defined(node: ast.stmt) -> list[str]:
     if isinstance(node, ast.FunctionDef | ast.ClassDef):
         return [node.name]
-    if isinstance(node, ast.Assign):
-        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+    if isinstance(node, ast.Assign | ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [name.id for t in targets for name in ast.walk(t) if isinstance(name, ast.Name)]
     return []
 
 
@@ -177,25 +196,6 @@ def _imported(node: ast.AST) -> set[str]:
         elif isinstance(sub, ast.Import):
             found |= {alias.name for alias in sub.names}
     return found
-
-
-def _subcommands(function: ast.FunctionDef) -> list[list[ast.stmt]]:
-    """The statements of `function` in runs that each start at a `... = ....add_parser(...)`."""
-    blocks = []
-    for stmt in function.body:
-        starts = (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)
-                  and isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr == "add_parser")
-        if starts:
-            blocks.append([])
-        if blocks:
-            blocks[-1].append(stmt)
-    return blocks
-
-
-def _dispatched(block: list[ast.stmt]) -> set[str]:
-    """The functions a subcommand's `set_defaults(func=...)` names."""
-    return {kw.value.id for stmt in block for call in ast.walk(stmt) if isinstance(call, ast.Call)
-            for kw in call.keywords if kw.arg == "func" and isinstance(kw.value, ast.Name)}
 
 
 def _names(node: ast.AST) -> set[str]:
