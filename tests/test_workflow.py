@@ -188,13 +188,17 @@ def _comment_edit(text: str) -> str:
     return "\n".join(["# an edit", "", *lines]) + "\n\n# another\n"
 
 
-FIGURES = ("figure_sparse_parity", "figure_sparsity_test", "figure_coupling")
+FIGURES = ("figure",)
 ATTENTION = ("attention", "aggregate_attention", "figure_attention")  # the stage and what follows it
 LANGUAGE_ATTENTION = ("language_attention", "aggregate_attention", "figure_attention")
 TRAINING = ("train", "length_sweep", "aggregate", "claims", *FIGURES, "provenance", "report_pages", *ATTENTION)
+# The rules whose inputs or params the planning modules decide, and what follows them: no data,
+# training, sweep or attention job.
+PLANNED = {"aggregate", "claims", *FIGURES, "provenance", "report_pages", "aggregate_attention", "figure_attention",
+           "language_scores", "influence_report", "all"}
 
 
-# End to end for four files: Snakemake reruns a stage whose digest changed and what follows it.
+# End to end for six files: Snakemake reruns a stage whose digest changed and what follows it.
 # Which digests an edit of every other file changes is checked without Snakemake
 # (tests/support/test_digest.py).
 @pytest.mark.parametrize(
@@ -204,6 +208,8 @@ TRAINING = ("train", "length_sweep", "aggregate", "claims", *FIGURES, "provenanc
          {*TRAINING, "train_lm", "score_influence", "language_scores", "influence_report", *LANGUAGE_ATTENTION, "all"}),
         ("src/lengthgen/analysis/claims.py", {"claims", *FIGURES, "report_pages", "all"}),
         ("src/lengthgen/analysis/scorecard.py", {"claims", "report_pages", "all"}),
+        ("src/lengthgen/layout.py", PLANNED),
+        ("src/lengthgen/plan.py", PLANNED),
         ("src/lengthgen/evaluation/decode.py",
          {"length_sweep", "aggregate", "claims", *FIGURES, "report_pages", *ATTENTION, "all"}),
     ],
