@@ -13,6 +13,8 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/lifecycle.smk"
+include: "workflow/rules/cells.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
@@ -50,7 +52,7 @@ rule all:
         results("tables/claims.md"),
         results("provenance.json"),
         results("tables/claims.html"),
-        language_tables(),
-        attention_outputs(),
-        expand(results("figures/{figure}.png"), figure=figures()),
+        layout.language_tables(CONFIG),
+        layout.attention_outputs(CONFIG),
+        expand(results("figures/{figure}.png"), figure=plan.figures(CONFIG)),
         missing_intermediates(),

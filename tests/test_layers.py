@@ -16,8 +16,8 @@ PACKAGE = REPO / "src/lengthgen"
 
 # Reading tables (analysis, reporting) comes right after support, before anything that imports
 # torch: judging or drawing a result needs no model and reruns no training when edited.
-ORDER = ["support", "analysis", "reporting", "tasks", "datasets", "config", "plan", "model", "training", "evaluation",
-         "language", "notebook", "commands", "cli", "__main__", "__init__"]
+ORDER = ["support", "analysis", "reporting", "tasks", "datasets", "config", "plan", "layout", "model", "training",
+         "evaluation", "language", "notebook", "commands", "cli", "__main__", "__init__"]
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:

@@ -160,7 +160,7 @@ def test_task_parameter_change_reruns_only_that_task(smoke_run, tmp_path):
     changed = tmp_path / "changed.yaml"
     changed.write_text(yaml.safe_dump(cfg))
     jobs = planned_jobs(smoke_run, "--configfile", str(changed))
-    cell_jobs = [(r, w) for r, w in jobs if w]
+    cell_jobs = [(r, w) for r, w in jobs if "task=" in w]  # not the figures, which follow the tables
     assert cell_jobs, "the changed task must rerun"
     assert all("task=smoke_k2" in w for _, w in cell_jobs), cell_jobs
     assert {r for r, _ in cell_jobs} == {"generate_dataset", "train", "length_sweep", "attention"}
@@ -188,13 +188,17 @@ def _comment_edit(text: str) -> str:
     return "\n".join(["# an edit", "", *lines]) + "\n\n# another\n"
 
 
-FIGURES = ("figure_sparse_parity", "figure_sparsity_test", "figure_coupling")
+FIGURES = ("figure",)
 ATTENTION = ("attention", "aggregate_attention", "figure_attention")  # the stage and what follows it
 LANGUAGE_ATTENTION = ("language_attention", "aggregate_attention", "figure_attention")
 TRAINING = ("train", "length_sweep", "aggregate", "claims", *FIGURES, "provenance", "report_pages", *ATTENTION)
+# The rules whose inputs or params the planning modules decide, and what follows them: no data,
+# training, sweep or attention job.
+PLANNED = {"aggregate", "claims", *FIGURES, "provenance", "report_pages", "aggregate_attention", "figure_attention",
+           "language_scores", "influence_report", "all"}
 
 
-# End to end for four files: Snakemake reruns a stage whose digest changed and what follows it.
+# End to end for six files: Snakemake reruns a stage whose digest changed and what follows it.
 # Which digests an edit of every other file changes is checked without Snakemake
 # (tests/support/test_digest.py).
 @pytest.mark.parametrize(
@@ -204,6 +208,8 @@ TRAINING = ("train", "length_sweep", "aggregate", "claims", *FIGURES, "provenanc
          {*TRAINING, "train_lm", "score_influence", "language_scores", "influence_report", *LANGUAGE_ATTENTION, "all"}),
         ("src/lengthgen/analysis/claims.py", {"claims", *FIGURES, "report_pages", "all"}),
         ("src/lengthgen/analysis/scorecard.py", {"claims", "report_pages", "all"}),
+        ("src/lengthgen/layout.py", PLANNED),
+        ("src/lengthgen/plan.py", PLANNED),
         ("src/lengthgen/evaluation/decode.py",
          {"length_sweep", "aggregate", "claims", *FIGURES, "report_pages", *ATTENTION, "all"}),
     ],
@@ -322,6 +328,9 @@ def test_report_holds_every_figure_and_table_with_captions(smoke_run):
     for name in ("sparse_parity.png", "attention.png", "summary.html", "claims.html", "run.html", "provenance.json"):
         assert name in html, name
     assert "The claims scorecard: each claim of the paper" in html  # a caption, verbatim
+    # the figure rule's caption file holds a section per figure, chosen by the job's wildcard
+    assert "E1, sparse parity (claim 1): accuracy" in html and "E2 and E3, position coupling (claim 2)" in html
+    assert "Beyond the paper: claim 1" not in html  # the scale figure's, not drawn for the smoke grid
     assert len(html) > 100_000  # the figure is embedded, so the file stands alone
 
 

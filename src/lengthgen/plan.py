@@ -1,12 +1,18 @@
-"""Which tasks each claim and analysis is judged on, read from a resolved config: the claims
-rule, the figures and `lengthgen power` plan with the same functions, so what a scorecard
-judges and what its power table simulates cannot drift apart."""
+"""Which tasks each claim, analysis and figure is judged on, read from a resolved config: the
+claims rule, the figures and `lengthgen power` plan with the same functions, so what a scorecard
+judges, what its figures draw and what its power table simulates cannot drift apart."""
 
 from __future__ import annotations
 
+import shlex
+
 from lengthgen import tasks
+from lengthgen.support.fileio import canonical_json
 
 COUPLING_KINDS = ("scratchpad_parity", "variable_assignment")
+# What `lengthgen figure --kind` draws from the sweep table; E4's and the attention figures are
+# drawn by their own stages.
+FIGURE_KINDS = ("sparse_parity", "sparsity_test", "coupling", "scale", "needle")
 
 
 def tasks_of(config: dict, kind: str) -> list[str]:
@@ -80,3 +86,33 @@ def figures(config: dict) -> list[str]:
     }
     language = ["influence_gap", "influence_recovered", "influence_short_model"] if config["language"] else []
     return [name for name, present in kinds.items() if present] + language
+
+
+def figure_options(config: dict, kind: str) -> dict:
+    """What `lengthgen figure --kind <kind>` is told besides the sweep table, by option: claim 1's
+    tasks (sparse_parity, sparsity_test), the E2/E3 tasks (coupling), the E1 sizes (scale) or the
+    needle tasks, each with its longest training length, and the claims' settings it applies."""
+    e1 = {"tasks": claim1_tasks(config), "train_max": [train_max(config, "sparse_parity")]}
+    fit_min = config["claims"]["sparsity"]["fit_min"]
+    claims = canonical_json(config["claims"])
+    if kind == "sparse_parity":
+        return {**e1, "fit_min": fit_min}
+    if kind == "sparsity_test":
+        return {**e1, "claims": claims}
+    if kind == "coupling":
+        coupled = coupling_tasks(config)
+        return {"tasks": [t["name"] for t in coupled], "train_max": [t["params"]["n_max"] for t in coupled]}
+    if kind == "scale":
+        return {"sizes": canonical_json(sparse_sizes(config)), "train_max": e1["train_max"], "claims": claims}
+    if kind == "needle":
+        needle = needle_info(config)
+        return {"tasks": list(needle), "train_max": list(needle.values()), "fit_min": fit_min}
+    raise ValueError(f"{kind}: not one of {FIGURE_KINDS}")
+
+
+def figure_args(config: dict, kind: str) -> str:
+    """figure_options as the command line's arguments, quoted for the shell, after `--kind`."""
+    args = ["--kind", kind]
+    for option, value in figure_options(config, kind).items():
+        args += [f"--{option.replace('_', '-')}", *map(str, value if isinstance(value, list) else [value])]
+    return shlex.join(args)

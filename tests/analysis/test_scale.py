@@ -85,6 +85,7 @@ def test_the_scale_config_plans_three_sizes_the_needle_and_their_figures(tmp_pat
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout + done.stderr
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
-    assert counts["train"] == "48" and counts["figure_scale"] == "1" and counts["figure_needle"] == "1"
+    assert counts["train"] == "48" and counts["figure"] == "4"  # E1's two, scale, needle
+    assert "--kind scale " in out and "--kind needle " in out
     sizes = '{"sparse_parity":"2x64","sparse_parity_3x96":"3x96","sparse_parity_4x128":"4x128"}'
     assert f"--scale '{sizes}'" in out and "--sparse-tasks sparse_parity " in out

@@ -200,7 +200,7 @@ def test_cuda_without_cuda_is_refused_naming_the_key(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError, match=r"^config\.device: cuda, but torch .* sees no CUDA device on this machine"):
         lgconfig.check_machine(_config(device="cuda"), {"train", "aggregate"})
-    lgconfig.check_machine(_config(device="cuda"), {"aggregate", "figure_coupling"})  # no job uses the device
+    lgconfig.check_machine(_config(device="cuda"), {"aggregate", "figure"})  # no job uses the device
     lgconfig.check_machine(_config(device="auto"), {"train"})
     for stacked in ("length_sweep_seeds_0_1", "attention_seeds_0_1"):  # a run of a stack's evaluation alone
         with pytest.raises(UserError, match=r"^config\.device: cuda"):

@@ -5,18 +5,14 @@
 localrules:
     aggregate,
     claims,
-    figure_sparse_parity,
-    figure_sparsity_test,
-    figure_coupling,
-    figure_scale,
-    figure_needle,
+    figure,
     provenance,
     report_pages,
 
 
 rule aggregate:
     input:
-        cell_paths(results("runs/{task}/{scheme}/seed{seed}/sweep.parquet")),
+        layout.cell_paths(CONFIG, "runs/{task}/{scheme}/seed{seed}/sweep.parquet"),
     output:
         csv=results("tables/length_sweep.csv"),
         md=results("tables/summary.md"),
@@ -25,9 +21,9 @@ rule aggregate:
     conda:
         ENV
     params:
-        expect=cell_tokens(),  # each sweep's cell, in the order of the inputs
-        stale=made_from_tables(),
-        code=CODE["aggregate"],
+        expect=layout.cell_tokens(CONFIG),  # each sweep's cell, in the order of the inputs
+        stale=layout.made_from_tables(CONFIG),
+        code=planned("aggregate"),
     shell:
         "python -m lengthgen aggregate --sweeps {input:q} --expect {params.expect:q} --csv {output.csv:q}"
         " --md {output.md:q} --stale {params.stale:q} 2> {log:q}"
@@ -36,8 +32,8 @@ rule aggregate:
 rule claims:
     input:
         sweep=results("tables/length_sweep.csv"),
-        language=language_score_table(),
-        attention=attention_table(),
+        language=layout.language_score_table(CONFIG),
+        attention=layout.attention_table(CONFIG),
     output:
         csv=results("tables/claims.csv"),
         md=results("tables/claims.md"),
@@ -46,15 +42,15 @@ rule claims:
     conda:
         ENV
     params:
-        sparse=claim1_tasks(),
-        train_max=train_max("sparse_parity"),
+        sparse=plan.claim1_tasks(CONFIG),
+        train_max=plan.train_max(CONFIG, "sparse_parity"),
         config=as_json(CONFIG["claims"]),
-        coupling=as_json(coupling_info()),
-        scale=as_json(sparse_sizes()),
-        needle=as_json(needle_info()),
+        coupling=as_json(plan.coupling_info(CONFIG)),
+        scale=as_json(plan.sparse_sizes(CONFIG)),
+        needle=as_json(plan.needle_info(CONFIG)),
         language=lambda w, input: f"--language-scores {input.language[0]}" if input.language else "",
         attention=lambda w, input: f"--attention {input.attention[0]}" if input.attention else "",
-        code=CODE["claims"],
+        code=planned("claims"),
     shell:
         "python -m lengthgen claims --sweep-csv {input.sweep:q} --sparse-tasks {params.sparse:q}"
         " --train-max {params.train_max} --config {params.config:q} --coupling {params.coupling:q}"
@@ -62,124 +58,43 @@ rule claims:
         " --csv {output.csv:q} --md {output.md:q} 2> {log:q} && cat {log:q}"
 
 
-rule figure_sparse_parity:
+# The figures drawn from the sweep table, one job each: what each is told is lengthgen.plan's
+# (figure_options), and its report caption is figure.rst's section for it.
+FIGURE_CATEGORY = {
+    "sparse_parity": "E1 sparse parity",
+    "sparsity_test": "E1 sparse parity",
+    "coupling": "E2-E3 position coupling",
+    "scale": "Beyond the paper",
+    "needle": "Beyond the paper",
+}
+
+
+rule figure:
     input:
         results("tables/length_sweep.csv"),
     output:
         report(
-            results("figures/sparse_parity.png"),
-            caption="../report/sparse_parity.rst",
-            category="E1 sparse parity",
+            results("figures/{figure}.png"),
+            caption="../report/figure.rst",
+            category=lambda w: FIGURE_CATEGORY[w.figure],
         ),
     log:
-        results("logs/figures/sparse_parity.log"),
+        results("logs/figures/{figure}.log"),
+    wildcard_constraints:
+        figure="|".join(plan.FIGURE_KINDS),
     conda:
         ENV
     params:
-        tasks=claim1_tasks(),
-        train_max=train_max("sparse_parity"),
-        fit_min=CONFIG["claims"]["sparsity"]["fit_min"],
-        code=CODE["figures"],
+        args=lambda w: plan.figure_args(CONFIG, w.figure),
+        code=planned("figures"),
     shell:
-        "python -m lengthgen figure --sweep-csv {input:q} --tasks {params.tasks:q} --train-max {params.train_max}"
-        " --fit-min {params.fit_min} --out {output:q} 2> {log:q}"
-
-
-rule figure_sparsity_test:
-    input:
-        results("tables/length_sweep.csv"),
-    output:
-        report(
-            results("figures/sparsity_test.png"),
-            caption="../report/sparsity_test.rst",
-            category="E1 sparse parity",
-        ),
-    log:
-        results("logs/figures/sparsity_test.log"),
-    conda:
-        ENV
-    params:
-        tasks=claim1_tasks(),
-        train_max=train_max("sparse_parity"),
-        claims=as_json(CONFIG["claims"]),
-        code=CODE["figures"],
-    shell:
-        "python -m lengthgen figure --kind sparsity_test --sweep-csv {input:q} --tasks {params.tasks:q}"
-        " --train-max {params.train_max} --claims {params.claims:q} --out {output:q} 2> {log:q}"
-
-
-rule figure_coupling:
-    input:
-        results("tables/length_sweep.csv"),
-    output:
-        report(
-            results("figures/coupling.png"),
-            caption="../report/coupling.rst",
-            category="E2-E3 position coupling",
-        ),
-    log:
-        results("logs/figures/coupling.log"),
-    conda:
-        ENV
-    params:
-        tasks=[t["name"] for t in coupling_tasks()],
-        train_max=[t["params"]["n_max"] for t in coupling_tasks()],
-        code=CODE["figures"],
-    shell:
-        "python -m lengthgen figure --kind coupling --sweep-csv {input:q} --tasks {params.tasks:q}"
-        " --train-max {params.train_max} --out {output:q} 2> {log:q}"
-
-
-rule figure_scale:
-    input:
-        results("tables/length_sweep.csv"),
-    output:
-        report(
-            results("figures/scale.png"),
-            caption="../report/scale.rst",
-            category="Beyond the paper",
-        ),
-    log:
-        results("logs/figures/scale.log"),
-    conda:
-        ENV
-    params:
-        sizes=as_json(sparse_sizes()),
-        train_max=train_max("sparse_parity"),
-        claims=as_json(CONFIG["claims"]),
-        code=CODE["figures"],
-    shell:
-        "python -m lengthgen figure --kind scale --sweep-csv {input:q} --sizes {params.sizes:q}"
-        " --train-max {params.train_max} --claims {params.claims:q} --out {output:q} 2> {log:q}"
-
-
-rule figure_needle:
-    input:
-        results("tables/length_sweep.csv"),
-    output:
-        report(
-            results("figures/needle.png"),
-            caption="../report/needle.rst",
-            category="Beyond the paper",
-        ),
-    log:
-        results("logs/figures/needle.log"),
-    conda:
-        ENV
-    params:
-        tasks=list(needle_info()),
-        train_max=list(needle_info().values()),
-        fit_min=CONFIG["claims"]["sparsity"]["fit_min"],
-        code=CODE["figures"],
-    shell:
-        "python -m lengthgen figure --kind needle --sweep-csv {input:q} --tasks {params.tasks:q}"
-        " --train-max {params.train_max} --fit-min {params.fit_min} --out {output:q} 2> {log:q}"
+        "python -m lengthgen figure {params.args} --sweep-csv {input:q} --out {output:q} 2> {log:q}"
 
 
 rule provenance:
     input:
-        cell_paths(results("runs/{task}/{scheme}/seed{seed}/meta.json")),
-        language_models("meta.json"),
+        layout.cell_paths(CONFIG, "runs/{task}/{scheme}/seed{seed}/meta.json"),
+        layout.language_models(CONFIG, "meta.json"),
     output:
         report(results("provenance.json"), category=RUN_CATEGORY),
     log:
@@ -187,7 +102,7 @@ rule provenance:
     conda:
         ENV
     params:
-        code=CODE["aggregate"],
+        code=planned("aggregate"),
     shell:
         "python -m lengthgen provenance --meta {input:q} --out {output:q} 2> {log:q}"
 

@@ -10,7 +10,7 @@ localrules:
     figure_attention,
 
 
-if not SWEEP_BLOCKS:
+if not SEED_BLOCKS:
 
     rule attention:
         input:
@@ -38,7 +38,7 @@ if not SWEEP_BLOCKS:
 
 else:
     # With stacked training, one job per trained block of seeds, as the sweeps (evaluate.smk).
-    for _block, _tasks in SWEEP_BLOCKS.items():
+    for _block, _tasks in SEED_BLOCKS.items():
         _seeds = "-".join(map(str, _block))
 
         rule:
@@ -114,8 +114,8 @@ if CONFIG["language"]:
 
 rule aggregate_attention:
     input:
-        cells=cell_paths(results("runs/{task}/{scheme}/seed{seed}/attention.parquet")),
-        language=language_attention_tables(),
+        cells=layout.cell_paths(CONFIG, "runs/{task}/{scheme}/seed{seed}/attention.parquet"),
+        language=layout.language_attention_tables(CONFIG),
     output:
         results("tables/attention.csv"),
     log:
@@ -123,10 +123,10 @@ rule aggregate_attention:
     conda:
         ENV
     params:
-        expect=cell_tokens(),  # each table's cell, in the order of the inputs
+        expect=layout.cell_tokens(CONFIG),  # each table's cell, in the order of the inputs
         language=lambda w, input: f"--language {' '.join(input.language)}" if input.language else "",
-        stale=made_from_tables(),
-        code=CODE["attention_report"],
+        stale=layout.made_from_tables(CONFIG),
+        code=planned("attention_report"),
     shell:
         "python -m lengthgen aggregate-attention --cells {input.cells:q} --expect {params.expect:q}"
         " {params.language} --csv {output:q} --stale {params.stale:q} 2> {log:q}"

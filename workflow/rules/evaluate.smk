@@ -5,9 +5,7 @@
 
 import re
 
-SWEEP_BLOCKS = stack_blocks()
-
-if not SWEEP_BLOCKS:
+if not SEED_BLOCKS:
 
     rule length_sweep:
         input:
@@ -33,7 +31,7 @@ if not SWEEP_BLOCKS:
             " --expect {params.expect:q} --out {output:q} 2> {log:q}"
 
 else:
-    for _block, _tasks in SWEEP_BLOCKS.items():
+    for _block, _tasks in SEED_BLOCKS.items():
         _seeds = "-".join(map(str, _block))
 
         rule:

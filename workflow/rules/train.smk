@@ -8,9 +8,7 @@ import re
 import shlex
 from argparse import Namespace
 
-STACK = {task["name"]: lgconfig.stack_size(CONFIG, task) for task in CONFIG["tasks"]}
-
-if set(STACK.values()) == {1}:
+if not SEED_BLOCKS:
 
     rule train:
         input:
@@ -42,12 +40,7 @@ else:
     # One rule per seed block (its seeds are in its output paths, so not a wildcard), limited to
     # the tasks whose seeds form that block. A block's params are its own cells only: adding
     # seeds adds blocks and leaves full blocks cached.
-    _TASKS_OF_BLOCK = {}
-    for _task in CONFIG["tasks"]:
-        for _block in lgconfig.seed_blocks(_task["seeds"], STACK[_task["name"]]):
-            _TASKS_OF_BLOCK.setdefault(tuple(_block), []).append(_task["name"])
-
-    for _block, _tasks in _TASKS_OF_BLOCK.items():
+    for _block, _tasks in SEED_BLOCKS.items():
         _seeds = "-".join(map(str, _block))
 
         rule:
