@@ -153,3 +153,29 @@ def test_adamw_without_gradients_changes_nothing_and_zero_grad_can_keep_buffers(
     assert all(p.grad is g and not g.any() for p, g in zip(layer.parameters(), grads, strict=True))
     with pytest.raises(ValueError, match="one parameter group only"):
         opt.load_state_dict({"state": {}, "param_groups": [{"lr": 0.1}, {"lr": 0.2}]})
+
+
+def test_adamw_is_torch_optim_under_another_torch_release(monkeypatch):
+    layer = torch.nn.Linear(3, 2)
+    assert isinstance(loop.adamw(layer, {"lr": 0.1, "weight_decay": 0.1}), loop.AdamW)
+    assert loop.kernel_release("2.13.0+cpu") and loop.kernel_release("2.13.1")
+    assert not loop.kernel_release("2.14.0") and not loop.kernel_release("3.13.0")
+    monkeypatch.setattr(torch, "__version__", "2.99.0")
+    opt = loop.adamw(layer, {"lr": 0.1, "weight_decay": 0.1})
+    assert isinstance(opt, torch.optim.AdamW) and opt.defaults["fused"] and opt.defaults["betas"] == (0.9, 0.98)
+
+
+@pytest.mark.parametrize("make", [loop.AdamW, lambda ps, **kw: torch.optim.AdamW(ps, fused=True, **kw)])
+def test_a_state_dict_sliced_to_some_models_keeps_their_moments(make):
+    """Stacked training drops models that stopped: the optimizer of the rest takes their rows."""
+    stacked = torch.nn.Parameter(torch.randn(3, 4))
+    opt = make([stacked], lr=0.1, weight_decay=0.1)
+    stacked.grad = torch.randn(3, 4)
+    opt.step()
+    index = torch.tensor([0, 2])
+    kept = torch.nn.Parameter(stacked.detach()[index].clone())
+    fresh = make([kept], lr=0.0, weight_decay=0.1)
+    fresh.load_state_dict(loop.sliced_state(opt.state_dict(), index))
+    assert fresh.param_groups[0]["lr"] == 0.1
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert torch.equal(fresh.state_dict()["state"][0][key], opt.state_dict()["state"][0][key][index])

@@ -25,7 +25,7 @@ from lengthgen.model.transformer import call, param_count, set_parameters, stack
 from lengthgen.support import device as devices
 from lengthgen.support.errors import UserError
 from lengthgen.training import loop, train
-from lengthgen.training.optim import AdamW, lr_at
+from lengthgen.training.optim import adamw, lr_at, sliced_state
 from lengthgen.training.train import (
     COPY,
     answer_mask,
@@ -87,7 +87,8 @@ class Stack:
         self.model = stack(models)
         self.names = [n for n, _ in self.model.named_parameters()]
         self.params = list(self.model.parameters())
-        self.opt = AdamW(self.params, lr=0.0, weight_decay=weight_decay, betas=(0.9, 0.98))
+        self.weight_decay = weight_decay
+        self.opt = adamw(self.params, {"lr": 0.0, "weight_decay": weight_decay})
 
     def keep(self, rows: list[int]) -> None:
         """Drop every model not in `rows` (positions in the stack): their state freezes."""
@@ -95,9 +96,8 @@ class Stack:
         state = self.opt.state_dict()
         set_parameters(self.model, {n: p.detach()[index].clone() for n, p in zip(self.names, self.params, strict=True)})
         self.params = list(self.model.parameters())
-        self.opt = AdamW(self.params, lr=state["lr"], weight_decay=self.opt.weight_decay, betas=self.opt.betas)
-        self.opt.state = {i: {"step": s["step"], "exp_avg": s["exp_avg"][index], "exp_avg_sq": s["exp_avg_sq"][index]}
-                          for i, s in state["state"].items()}
+        self.opt = adamw(self.params, {"lr": 0.0, "weight_decay": self.weight_decay})
+        self.opt.load_state_dict(sliced_state(state, index))
 
     def state_of(self, row: int) -> dict:
         """One model's state dict (parameters and buffers) at its position in the stack."""
