@@ -66,8 +66,8 @@ def packed_inputs(batches: list[dict], dev, copy: bool) -> dict:
 def _packed_one(batch: dict, t: int, copy: bool) -> dict:
     """One batch's packed rows (R, t-1), the index of each state in them, its targets and masks.
     `batch["ids"]` holds the position IDs the model sees, `batch["pointer"]` (when a position
-    head or copying reads it) the prompt index each token's ID comes from. With `copy`, a token the pointer copies
-    is the head's target COPY, so the head only decides copy or not (e.g. EOS)."""
+    head or copying reads it) the prompt index each token's ID comes from. With `copy`, a token
+    the pointer copies is the head's target COPY, so the head only decides copy or not (e.g. EOS)."""
     tokens, ids = batch["tokens"][:, :t], batch["ids"][:, :t]
     pointer = batch["pointer"][:, 1:t] if "pointer" in batch else torch.full_like(tokens[:, 1:], -1)
     b, w = tokens.shape[0], t - 1
