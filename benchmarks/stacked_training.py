@@ -2,8 +2,8 @@
 packing, position IDs, loss, clipping, fused AdamW) of M seeds of one (task, scheme).
 
 Three ways to step M models, runs alternating in one process, each run a few steps of all M:
-  alone  M separate one-model steps (`train.optimizer_step`), as M training jobs would take them
-  bmm    one step of the stack with a leading model axis (`stacked.batched_loss`; the pipeline's)
+  alone  M separate one-model steps (`step.cell_step` of one), as M training jobs would take them
+  bmm    one step of the stack with a leading model axis (`step.cell_step` of M; the pipeline's)
   batch  one model on an M times larger batch: not M models, the bound of what amortizing a step's
          fixed cost could give (M models' matrices stay M products of one model's shape)
 A stacked model follows the steps it takes alone (tests/training/test_stacked.py), so models trained to
@@ -58,7 +58,8 @@ def _steppers(size: str, m: int, dev: torch.device, steps: int, tmp) -> tuple[di
     from lengthgen import tasks
     from lengthgen.training import stacked
     from lengthgen.training.optim import adamw
-    from lengthgen.training.train import build_model, load_training_data, optimizer_step, training_batch
+    from lengthgen.training.step import cell_step
+    from lengthgen.training.train import build_model, load_training_data, training_batch
 
     cells, _ = _cells(size, m, dev.type, f"{tmp}/{size}.parquet")
     data, meta = load_training_data(f"{tmp}/{size}.parquet", cells[0])
@@ -73,11 +74,11 @@ def _steppers(size: str, m: int, dev: torch.device, steps: int, tmp) -> tuple[di
     def alone() -> None:
         for model, opt, cell in zip(models, optims, cells, strict=True):
             batch = training_batch(data, clock["step"], cell, gaps)
-            optimizer_step(model, opt, batch, 1e-3, 1.0, dev, opts["ppc_weight"], opts["copy"])
+            cell_step(model, opt, [batch], 1e-3, 1.0, dev, opts)
 
     def stack() -> None:
         batches = [training_batch(data, clock["step"], cell, gaps) for cell in cells]
-        stacked.stacked_step(stack_models, batches, 1e-3, 1.0, dev, opts)
+        cell_step(stack_models.model, stack_models.opt, batches, 1e-3, 1.0, dev, opts)
 
     big = {**cells[0], "train": {**cells[0]["train"], "batch_size": 64 * m}}
     big_model = build_model(big, vocab).to(dev)
@@ -85,7 +86,7 @@ def _steppers(size: str, m: int, dev: torch.device, steps: int, tmp) -> tuple[di
 
     def batch() -> None:
         b = training_batch(data, clock["step"], big, gaps)
-        optimizer_step(big_model, big_opt, b, 1e-3, 1.0, dev, opts["ppc_weight"], opts["copy"])
+        cell_step(big_model, big_opt, [b], 1e-3, 1.0, dev, opts)
 
     def run(fn):
         def timed_run() -> float:

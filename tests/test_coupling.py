@@ -13,7 +13,7 @@ from lengthgen.model import positions
 from lengthgen.model.transformer import ModelConfig, Transformer
 from lengthgen.tasks import scratchpad_parity as sp
 from lengthgen.tasks import variable_assignment as va
-from lengthgen.training import train
+from lengthgen.training import step, train
 
 VA_PARAMS = {"n_min": 2, "n_max": 4, "depth_min": 1, "depth_max": 2, "distractor_depth_max": 2,
              "variables": 8, "answer_format": "chain"}
@@ -260,9 +260,10 @@ def test_classifier_head_is_trained_on_ids_and_decodes_its_argmax():
         model.id_head.weight.zero_()
         model.id_head.bias.copy_(torch.full((64,), -50.0))
         model.id_head.bias[answer_ids] = 50.0  # the head can only tell these three apart at chance
-        even, _ = train._position_loss(model, h, fed_ids, pointer, torch.tensor([5]))
+        inputs = {"pointer": pointer[None], "all_ids": fed_ids[None], "prompt": 5, "answer_start": torch.tensor([[5]])}
+        even, _ = step._position_loss(model, h[None], inputs)  # a stack of one
         model.id_head.bias[answer_ids[1:]] = -50.0  # now it is sure of s_1's ID for every token
-        sure, wrong = train._position_loss(model, h, fed_ids, pointer, torch.tensor([5]))
+        sure, wrong = step._position_loss(model, h[None], inputs)
     assert even.item() == pytest.approx(np.log(3), abs=1e-4)  # cross entropy over the IDs, not the tokens
     assert sure.item() == pytest.approx(200 / 3, rel=1e-3) and wrong.item()  # two of three IDs wrong by 100
     opts = scheme_options(encoding="rope", positions="coupled", position_head="classifier")

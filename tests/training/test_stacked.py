@@ -94,6 +94,18 @@ def test_a_seed_stacked_trains_as_it_trains_alone(tmp_path, data, case):
         str(s["final_loss"]), str(a["final_loss"])).replace(str(s["final_accuracy"]), str(a["final_accuracy"]))
 
 
+@pytest.mark.parametrize("case", ["alibi", "ppc-copy", "classifier"])
+def test_a_stack_of_one_trains_as_the_cell_alone(tmp_path, data, case):
+    """A cell's step is a stack's step of one model (training/step.py): trained as a stack of one,
+    a seed logs what it logs alone, up to the stacked forward's rounding."""
+    alone, one = tmp_path / "alone", tmp_path / "one"
+    train(_cell(case, 2), data[CASES[case][0]], alone, tmp_path / "a.pt", log=lambda *_: None)
+    train_stacked([_cell(case, 2)], data[CASES[case][0]], [one], tmp_path / "s.pt", log=lambda *_: None)
+    want, got = _log(alone), _log(one)
+    assert len(got) == len(want) == 50 and (got["accuracy"] == want["accuracy"]).all()
+    assert (got["loss"] - want["loss"]).abs().max() < 1e-5
+
+
 def test_each_seed_of_a_stack_trains_on_its_own_training_set(tmp_path, data, schema):
     """With train_sets: per_seed every model of a stack reads its own draw: seed 1 stacked on
     its set trains as it trains alone on that set, and not as on its neighbour's."""

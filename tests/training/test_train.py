@@ -1,11 +1,9 @@
 """Training behaviour: determinism per seed, divergence reported by cell and step."""
 
-import types
 
 import pytest
 import torch
 
-from lengthgen.model.transformer import ModelConfig, Transformer
 from lengthgen.support.errors import TrainingDiverged
 from lengthgen.training import optim as loop
 from lengthgen.training import train
@@ -46,67 +44,6 @@ def test_batches_cover_each_epoch_once():
     idx = torch.cat([train.batch_indices(s, n, batch, seed=5) for s in range(4)])
     assert sorted(idx.tolist()) == list(range(n))
     assert not torch.equal(train.batch_indices(4, n, batch, 5), train.batch_indices(0, n, batch, 5))
-
-
-def test_answer_mask_scores_only_answer_tokens_of_padded_rows():
-    # two rows of a padded batch: lengths 5 and 3 tokens, answers start at index 4 and 2
-    seq_len, answer_start = torch.tensor([5, 3]), torch.tensor([4, 2])
-    mask = train.answer_mask(seq_len, answer_start, t=4)  # logits for positions 0..3 predict 1..4
-    assert mask.tolist() == [[False, False, False, True], [False, True, False, False]]
-
-
-def test_exact_match_ignores_padding_and_needs_every_answer_token():
-    class Echo(torch.nn.Module):  # predicts, at each position, the token given by `preds`
-        cfg = types.SimpleNamespace(position_head="none")
-
-        def __init__(self, preds):
-            super().__init__()
-            self.preds = preds
-            self.head = torch.nn.Identity()
-
-        def features(self, tokens, position_ids, segments):  # rows are packed: read (example, ID)
-            return torch.nn.functional.one_hot(self.preds[segments.clamp_min(0), position_ids], 7).float() * 10
-
-    tokens = torch.tensor([[1, 3, 4, 2, 3], [1, 4, 2, 4, 0]])  # row 2: 4 tokens + padding
-    batch = {"tokens": tokens, "ids": torch.arange(5).expand(2, 5), "seq_len": torch.tensor([5, 4]),
-             "answer_start": torch.tensor([4, 3])}
-    right = torch.tensor([[0, 0, 0, 3, 6], [0, 0, 4, 6, 6]])  # correct at answer positions, junk elsewhere
-    _, correct = train.step_loss(Echo(right), batch, torch.device("cpu"))
-    assert correct.tolist() == [True, True]
-    wrong = right.clone()
-    wrong[1, 2] = 3  # the only answer token of row 2
-    assert train.step_loss(Echo(wrong), batch, torch.device("cpu"))[1].tolist() == [True, False]
-
-
-def test_pack_fits_rows_longest_first():
-    row, offset = train.pack([9, 3, 5, 1, 7, 2], 9)
-    assert (row, offset) == ([0, 2, 2, 2, 1, 1], [0, 5, 0, 8, 0, 7])  # 9 | 7+2 | 5+3+1
-    assert train.pack([4, 4, 4], 4) == ([0, 1, 2], [0, 0, 0])
-    with pytest.raises(ValueError, match="length 5 does not fit rows of width 4"):
-        train.pack([2, 5], 4)
-
-
-@pytest.mark.parametrize("encoding", ["none", "ape", "rope", "alibi"])
-def test_packed_features_match_each_example_alone(encoding):
-    """Packed rows give every example the states it has alone (padding removed, no attention
-    across examples), for every encoding, and the gradient reaches the same weights."""
-    torch.manual_seed(0)
-    model = Transformer(ModelConfig(vocab_size=11, encoding=encoding, d_model=32, n_head=4, max_position=64))
-    tokens, lengths = torch.randint(0, 11, (6, 9)), torch.tensor([9, 3, 5, 1, 7, 2])
-    ids = torch.arange(9).expand(6, 9) * 2 + 1
-    real = torch.arange(9)[None] < lengths[:, None]
-    packed = train.packed_features(model, tokens, ids, lengths)
-    for i, n in enumerate(lengths.tolist()):
-        alone = model.features(tokens[i : i + 1, :n], ids[i : i + 1, :n])[0]
-        torch.testing.assert_close(packed[i, :n], alone, atol=1e-5, rtol=1e-5)
-    packed[real].sum().backward()
-    grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad(set_to_none=True)
-    model.features(tokens, ids)[real].sum().backward()
-    want = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
-    assert grads.keys() == want.keys() and "blocks.1.attn.qkv.weight" in grads
-    for name in want:
-        torch.testing.assert_close(grads[name], want[name], atol=1e-5, rtol=1e-4)
 
 
 def _adamw_run(make, steps=6, resume_at=None, resume_with=None):
@@ -153,3 +90,29 @@ def test_adamw_without_gradients_changes_nothing_and_zero_grad_can_keep_buffers(
     assert all(p.grad is g and not g.any() for p, g in zip(layer.parameters(), grads, strict=True))
     with pytest.raises(ValueError, match="one parameter group only"):
         opt.load_state_dict({"state": {}, "param_groups": [{"lr": 0.1}, {"lr": 0.2}]})
+
+
+def test_adamw_is_torch_optim_under_another_torch_release(monkeypatch):
+    layer = torch.nn.Linear(3, 2)
+    assert isinstance(loop.adamw(layer, {"lr": 0.1, "weight_decay": 0.1}), loop.AdamW)
+    assert loop.kernel_release("2.13.0+cpu") and loop.kernel_release("2.13.1")
+    assert not loop.kernel_release("2.14.0") and not loop.kernel_release("3.13.0")
+    monkeypatch.setattr(torch, "__version__", "2.99.0")
+    opt = loop.adamw(layer, {"lr": 0.1, "weight_decay": 0.1})
+    assert isinstance(opt, torch.optim.AdamW) and opt.defaults["fused"] and opt.defaults["betas"] == (0.9, 0.98)
+
+
+@pytest.mark.parametrize("make", [loop.AdamW, lambda ps, **kw: torch.optim.AdamW(ps, fused=True, **kw)])
+def test_a_state_dict_sliced_to_some_models_keeps_their_moments(make):
+    """Stacked training drops models that stopped: the optimizer of the rest takes their rows."""
+    stacked = torch.nn.Parameter(torch.randn(3, 4))
+    opt = make([stacked], lr=0.1, weight_decay=0.1)
+    stacked.grad = torch.randn(3, 4)
+    opt.step()
+    index = torch.tensor([0, 2])
+    kept = torch.nn.Parameter(stacked.detach()[index].clone())
+    fresh = make([kept], lr=0.0, weight_decay=0.1)
+    fresh.load_state_dict(loop.sliced_state(opt.state_dict(), index))
+    assert fresh.param_groups[0]["lr"] == 0.1
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert torch.equal(fresh.state_dict()["state"][0][key], opt.state_dict()["state"][0][key][index])

@@ -22,6 +22,7 @@ from lengthgen.model.transformer import ModelConfig, Transformer, param_count
 from lengthgen.support import device as devices
 from lengthgen.training import loop
 from lengthgen.training.optim import adamw, lr_at
+from lengthgen.training.step import optimizer_step
 
 
 def build(spec: dict, vocab_size: int) -> Transformer:
@@ -144,25 +145,21 @@ class LMTrainer(loop.Trainer):
 
 
 def _step(model, opt, stream, step: int, spec: dict, dev) -> float:
+    """One optimizer step on the batch at `step`; its loss (before the step)."""
     cfg = spec["train"]
-    for group in opt.param_groups:
-        group["lr"] = lr_at(step, cfg)
     tokens, ids = training_batch(stream, step, spec, spec["seed"])
     tokens, ids = tokens.to(dev), ids.to(dev)
-    model.train()
-    opt.zero_grad(set_to_none=True)
-    total = torch.zeros((), device=dev)
-    for part in micro_batches(len(tokens), spec):  # gradients add up to the whole batch's
-        with devices.autocast(dev):
-            loss = _loss(model, tokens[part], ids[part]) * ((part.stop - part.start) / len(tokens))
-        loss.backward()
-        total += loss.detach()
-    value = total.item()
-    if math.isfinite(value):  # a non-finite loss leaves the model as it was; the caller stops
-        if cfg["grad_clip"]:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-        opt.step()
-    return value
+
+    def forward():
+        total = torch.zeros((), device=dev)
+        for part in micro_batches(len(tokens), spec):  # gradients add up to the whole batch's
+            with devices.autocast(dev):
+                loss = _loss(model, tokens[part], ids[part]) * ((part.stop - part.start) / len(tokens))
+            loss.backward()
+            total += loss.detach()
+        return total, None
+
+    return optimizer_step(model, opt, lr_at(step, cfg), cfg["grad_clip"], forward)[0][0]
 
 
 def micro_batches(batch: int, spec: dict) -> list[slice]:

@@ -354,8 +354,9 @@ def param_count(model: nn.Module) -> int:
 
 def pointer_scores(model, h_query, query_ids, h_prompt, prompt_ids, prompt_len) -> torch.Tensor:
     """(B, Tq, P) float scores of each query over the prompt states (B, P, C); -inf past each
-    example's own prompt (`prompt_len`, (B,)). Training and decoding both point with it."""
+    example's own prompt (`prompt_len`, (B,)). Training and decoding both point with it; a
+    stack's (M, B, ...) gives (M, B, Tq, P)."""
     with devices.autocast(h_query.device):
         scores = model.pointer_logits(h_query, query_ids, h_prompt, prompt_ids).float()
-    outside = torch.arange(h_prompt.shape[1], device=h_query.device)[None, :] >= prompt_len[:, None]
-    return scores.masked_fill(outside[:, None, :], float("-inf"))
+    outside = torch.arange(h_prompt.shape[-2], device=h_query.device) >= prompt_len[..., None]
+    return scores.masked_fill(outside[..., None, :], float("-inf"))

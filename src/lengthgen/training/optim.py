@@ -12,20 +12,44 @@ import torch
 
 from lengthgen.model.checkpoint import REFUSED, load_weights_only, save_tensors
 
+# The torch release (major.minor) whose private fused kernel `AdamW` calls: there it is
+# bit-identical to torch.optim.AdamW(fused=True) (tests/training/test_train.py). Under any other
+# release the kernel's signature is not known to hold, and `adamw` gives torch.optim's class.
+KERNEL_TORCH = "2.13"
 
-def adamw(model: torch.nn.Module, cfg: dict) -> AdamW:
-    """AdamW at cfg's lr and weight decay."""
-    return AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"], betas=(0.9, 0.98))
+
+def adamw(params, cfg: dict):
+    """AdamW at cfg's lr and weight decay over a model's parameters (or `params` themselves):
+    `AdamW` under the release it was written for, else torch.optim.AdamW(fused=True)."""
+    params = list(params.parameters() if isinstance(params, torch.nn.Module) else params)
+    settings = {"lr": cfg["lr"], "weight_decay": cfg["weight_decay"], "betas": (0.9, 0.98)}
+    if kernel_release(torch.__version__):
+        return AdamW(params, **settings)
+    return torch.optim.AdamW(params, fused=True, **settings)
+
+
+def kernel_release(version: str) -> bool:
+    """Whether torch `version` (e.g. "2.13.0+cpu") is the release `AdamW`'s kernel call is for."""
+    return version.split("+")[0].split(".")[:2] == KERNEL_TORCH.split(".")
+
+
+def sliced_state(state: dict, index: torch.Tensor) -> dict:
+    """An AdamW state dict (ours or torch.optim's) for parameters cut to `index` along their
+    leading axis (a stack's models, `stacked.Stack.keep`)."""
+    moments = ("exp_avg", "exp_avg_sq")
+    return {**state, "state": {i: {k: v[index] if k in moments else v for k, v in s.items()}
+                               for i, s in state["state"].items()}}
 
 
 class AdamW:
     """torch.optim.AdamW(fused=True)'s update, the same kernel, without torch.optim.
 
     Fused: one kernel per step instead of a dozen per parameter tensor (a visible share of a
-    small model's step on CPU). Not torch.optim's class: its first call imports torch's compiler
-    stack, seconds of every training job's start (docs/performance.md). The interface is
-    the part of torch.optim's the loops use: `param_groups[0]["lr"]`, `zero_grad`, `step`, and
-    state dicts. A parameter's state starts at its first gradient, as in torch.optim."""
+    small model's step on CPU). Not torch.optim's class: building it imports torch's compiler
+    stack (sympy and dynamo, hundreds of modules) in every training job, which the warm-start
+    server, importing torch alone, does not spare it (docs/design.md, the optimizer). The
+    interface is the part of torch.optim's the loops use: `param_groups[0]["lr"]`, `zero_grad`,
+    `step`, and state dicts. A parameter's state starts at its first gradient, as in torch.optim."""
 
     def __init__(self, params, lr: float, weight_decay: float, betas=(0.9, 0.98), eps: float = 1e-8):
         self.params = list(params)

@@ -5,37 +5,28 @@ The models' parameters are stacked along a leading model axis (`model.stack`), o
 pass and one fused AdamW call update every model. What that saves is a step's fixed costs, so
 it pays where one small model leaves the device idle (a GPU); see docs/performance.md.
 
-Each model stays the model `train.train` would train alone, up to floating-point order: it is
-built from its own seed, reads its own batches (`training_batch` with its seed), packs them on
-its own, and stops on its own; a stopped model leaves the stack, so its parameters and optimizer
-state freeze. Every model's checkpoint, log and meta.json are written where, and as, the
+Each model stays the model `train.train` would train alone, up to the stacked forward's
+floating-point order: it is built from its own seed, reads its own batches (`training_batch`
+with its seed), packs them on its own, is scored by the same loss (training/step.py, whose step
+a cell takes as a stack of one), and stops on its own; a stopped model leaves the stack, so its
+parameters and optimizer state freeze. Every model's checkpoint, log and meta.json are written where, and as, the
 one-model path writes them.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from lengthgen import tasks
-from lengthgen.model.transformer import call, param_count, set_parameters, stack, stacked_rows
+from lengthgen.model.transformer import param_count, set_parameters, stack
 from lengthgen.support import device as devices
 from lengthgen.support.errors import UserError
 from lengthgen.training import loop, train
-from lengthgen.training.optim import AdamW, lr_at
-from lengthgen.training.train import (
-    COPY,
-    answer_mask,
-    build_model,
-    cell_id,
-    cell_outputs,
-    load_training_data,
-    pack,
-    training_batch,
-)
+from lengthgen.training.optim import adamw, lr_at, sliced_state
+from lengthgen.training.step import cell_step
+from lengthgen.training.train import build_model, cell_id, cell_outputs, load_training_data, training_batch
 
 
 def train_block(cells: list[dict], data_paths: list, out_dirs: list, checkpoint_path, code_digest: str = "",
@@ -87,7 +78,8 @@ class Stack:
         self.model = stack(models)
         self.names = [n for n, _ in self.model.named_parameters()]
         self.params = list(self.model.parameters())
-        self.opt = AdamW(self.params, lr=0.0, weight_decay=weight_decay, betas=(0.9, 0.98))
+        self.weight_decay = weight_decay
+        self.opt = adamw(self.params, {"lr": 0.0, "weight_decay": weight_decay})
 
     def keep(self, rows: list[int]) -> None:
         """Drop every model not in `rows` (positions in the stack): their state freezes."""
@@ -95,117 +87,13 @@ class Stack:
         state = self.opt.state_dict()
         set_parameters(self.model, {n: p.detach()[index].clone() for n, p in zip(self.names, self.params, strict=True)})
         self.params = list(self.model.parameters())
-        self.opt = AdamW(self.params, lr=state["lr"], weight_decay=self.opt.weight_decay, betas=self.opt.betas)
-        self.opt.state = {i: {"step": s["step"], "exp_avg": s["exp_avg"][index], "exp_avg_sq": s["exp_avg_sq"][index]}
-                          for i, s in state["state"].items()}
+        self.opt = adamw(self.params, {"lr": 0.0, "weight_decay": self.weight_decay})
+        self.opt.load_state_dict(sliced_state(state, index))
 
     def state_of(self, row: int) -> dict:
         """One model's state dict (parameters and buffers) at its position in the stack."""
         return {**{n: p.detach()[row].clone() for n, p in zip(self.names, self.params, strict=True)},
                 **{n: b.clone() for n, b in self.model.named_buffers()}}  # the same in every model
-
-
-def stacked_inputs(batches: list[dict], dev, copy_: bool) -> dict:
-    """The models' batches as (M, ...) tensors of one shape: each batch packed on its own (as
-    `packed_features` packs it), every model's rows padded to the most any model needs."""
-    t = max(int(b["seq_len"].max()) for b in batches)
-    per = [_packed_one(b, t, copy_) for b in batches]
-    rows = max(p["tokens"].shape[0] for p in per)
-    for p in per:
-        extra = rows - p["tokens"].shape[0]
-        for key, fill in (("tokens", 0), ("ids", 0), ("segments", -1)):
-            p[key] = torch.cat([p[key], p[key].new_full((extra, t - 1), fill)])
-    return {k: torch.stack([p[k] for p in per]).to(dev) for k in per[0]}
-
-
-def _packed_one(batch: dict, t: int, copy_: bool) -> dict:
-    """One batch's packed rows (R, t-1), the index of each state in them, and its targets."""
-    tokens, ids = batch["tokens"][:, :t], batch["ids"][:, :t]
-    b, w = tokens.shape[0], t - 1
-    lengths = (batch["seq_len"] - 1).clamp(1, w)
-    row, offset = pack(lengths.tolist(), w)
-    real = torch.arange(w)[None, :] < (batch["seq_len"] - 1)[:, None]
-    where = torch.tensor(row)[:, None] * w + torch.tensor(offset)[:, None]
-    where = (where + torch.arange(w)[None, :]).masked_fill(~real, 0)
-    size = (max(row) + 1) * w
-
-    def packed(values: torch.Tensor, fill: int) -> torch.Tensor:
-        out = values.new_full((size,), fill)
-        out[where[real]] = values[real]
-        return out.view(-1, w)
-
-    mask = answer_mask(batch["seq_len"], batch["answer_start"], w)
-    if "unscored" in batch:
-        mask &= ~batch["unscored"][:, 1:t]
-    targets = tokens[:, 1:]
-    if copy_:
-        targets = targets.masked_fill(batch["pointer"][:, 1:t] >= 0, COPY)
-    return {
-        "tokens": packed(tokens[:, :-1], 0), "ids": packed(ids[:, :-1], 0),
-        "segments": packed(torch.arange(b)[:, None].expand(b, w), -1), "where": where, "mask": mask,
-        "targets": targets, "all_ids": ids, "pointer": batch["pointer"][:, 1:t].masked_fill(~mask, -1),
-        "answer_start": batch["answer_start"],
-    }
-
-
-def _masked_ce(scores: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """Each model's mean cross entropy over its kept positions (scores (M, ..., K), targets and
-    `keep` (M, ...)): `F.cross_entropy(scores[keep], targets[keep])` per model, without a
-    boolean index, whose shape would differ per model."""
-    m = scores.shape[0]
-    flat = scores.float().flatten(0, -2)
-    ce = F.cross_entropy(flat, targets.masked_fill(~keep, 0).flatten(), reduction="none").view(m, -1)
-    keep = keep.reshape(m, -1)
-    return (ce * keep).sum(dim=1) / keep.sum(dim=1)
-
-
-def batched_loss(stack: Stack, inputs: dict, prompt: int, ppc_weight: float):
-    """Every model's loss (M,) and per-example correctness (M, B), by the stacked model (bmm)."""
-    model = stack.model
-    cfg, mask, targets, where = model.cfg, inputs["mask"], inputs["targets"], inputs["where"]
-    with devices.autocast(mask.device):
-        h = model.features(inputs["tokens"], inputs["ids"], segments=inputs["segments"])
-        h = stacked_rows(h.flatten(1, 2), where)  # (M, B, T, C): each example's states, unpacked
-        logits = call(model.head, h)
-    loss = _masked_ce(logits, targets, mask)
-    wrong = ((logits.argmax(-1) != targets) & mask).any(dim=-1)
-    if cfg.position_head != "none":
-        fed, ids = inputs["pointer"] >= 0, inputs["all_ids"]
-        if cfg.position_head == "pointer":
-            with devices.autocast(mask.device):
-                scores = model.pointer_logits(h, ids[:, :, :-1], h[:, :, :prompt], ids[:, :, :prompt])
-            outside = torch.arange(prompt, device=mask.device) >= inputs["answer_start"][..., None]  # (M, B, P)
-            scores = scores.float().masked_fill(outside[:, :, None, :], float("-inf"))
-            target = inputs["pointer"]
-        else:
-            scores, target = call(model.id_head, h).float(), ids[:, :, 1:]
-        loss = loss + ppc_weight * _masked_ce(scores, target, fed)
-        wrong = wrong | ((scores.argmax(-1) != target) & fed).any(dim=-1)
-    return loss, ~wrong
-
-
-def clip_per_model(grads: list[torch.Tensor], max_norm: float) -> None:
-    """`clip_grad_norm_` for each model of the stack on its own (leading axis: the model)."""
-    norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads]).norm(dim=0)  # (M,)
-    coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-    for g in grads:
-        g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
-
-
-def stacked_step(stack: Stack, batches: list[dict], lr: float, grad_clip: float, dev, opts: dict):
-    """One AdamW step of every model in the stack; their losses and batch accuracies (lists)."""
-    inputs = stacked_inputs(batches, dev, opts["copy"])
-    prompt = max(int(b["answer_start"].max()) for b in batches)
-    stack.opt.param_groups[0]["lr"] = lr
-    losses, correct = batched_loss(stack, inputs, prompt, opts["ppc_weight"])
-    values = losses.tolist()
-    if all(math.isfinite(v) for v in values):
-        stack.opt.zero_grad(set_to_none=True)
-        losses.sum().backward()  # each model's parameters see only their own loss
-        if grad_clip:
-            clip_per_model([p.grad for p in stack.params], grad_clip)
-        stack.opt.step()
-    return values, correct.float().mean(dim=1).tolist()
 
 
 def train_stacked(cells: list[dict], data_paths, out_dirs: list, checkpoint_path, code_digest: str = "",
@@ -255,8 +143,8 @@ class StackTrainer(loop.Trainer):
     def step(self, step: int) -> dict[str, float]:
         batches = [training_batch(self.data[i], step, self.cells[i], self.gaps) for i in self.active]
         self.lr = lr_at(step, self.cfg)
-        self.last = stacked_step(self.stack, batches, self.lr, self.cfg["grad_clip"], self.dev,
-                                 self.cells[0]["scheme_options"])
+        self.last = cell_step(self.stack.model, self.stack.opt, batches, self.lr, self.cfg["grad_clip"], self.dev,
+                              self.cells[0]["scheme_options"])
         return {cell_id(self.cells[i]): loss for i, loss in zip(self.active, self.last[0], strict=True)}
 
     def record(self, step: int) -> None:

@@ -4,26 +4,26 @@ Deterministic per seed: the batch at step s is a function of (seed, s) alone, so
 killed at any point and resumed from its last checkpoint ends exactly where an
 uninterrupted run would. Checkpoints live outside Snakemake's declared outputs (which
 are deleted before a rerun) and are only resumed when they belong to the same cell. The loop
-(resume, checkpoints, early stop, outputs) is training/loop.py's; CellTrainer is the cell's part.
+(resume, checkpoints, early stop, outputs) is training/loop.py's, the step (packing, loss,
+update) training/step.py's, which a cell takes as a stack of one; CellTrainer is the cell's part.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from lengthgen import datasets, tasks
 from lengthgen.model import positions
-from lengthgen.model.transformer import ModelConfig, Transformer, param_count, pointer_scores
+from lengthgen.model.transformer import ModelConfig, Transformer, param_count
 from lengthgen.support import device as devices
 from lengthgen.support.errors import UserError
 from lengthgen.training import loop
 from lengthgen.training.optim import adamw, lr_at
+from lengthgen.training.step import cell_step, loss, packed_inputs
 
 
 def build_model(cell: dict, vocab_size: int) -> Transformer:
@@ -51,114 +51,11 @@ def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
 
 
-def answer_mask(seq_len: torch.Tensor, answer_start: torch.Tensor, t: int) -> torch.Tensor:
-    """(B, t) mask of the positions whose next token is an answer token."""
-    target_pos = torch.arange(1, t + 1)[None, :]
-    return (target_pos >= answer_start[:, None]) & (target_pos < seq_len[:, None])
-
-
-COPY = 0  # with `copy`, the output head's class for "copy the pointed token" (padding's id)
-
-
 def step_loss(model, batch: dict, dev, ppc_weight: float = 1.0, copy: bool = False):
-    """Cross entropy on answer tokens (plus `ppc_weight` x the position head's cross entropy
-    on the answer IDs fed back) and per-example exact match (B,), teacher forced.
-    `batch["ids"]` holds the position IDs the model sees. With `copy`, a token the pointer
-    copies is the head's target COPY, so the head only decides copy or not (e.g. EOS)."""
-    t = int(batch["seq_len"].max())
-    tokens, ids = batch["tokens"][:, :t].to(dev), batch["ids"][:, :t].to(dev)
-    mask = answer_mask(batch["seq_len"], batch["answer_start"], t - 1).to(dev)
-    if "unscored" in batch:  # targets a training-time gap moved: neither token nor ID is scored
-        mask &= ~batch["unscored"][:, 1:t].to(dev)
-    with devices.autocast(dev):
-        h = packed_features(model, tokens[:, :-1], ids[:, :-1], batch["seq_len"] - 1)
-        logits = model.head(h)
-    targets = tokens[:, 1:]
-    if copy:
-        targets = targets.masked_fill(batch["pointer"][:, 1:t].to(dev) >= 0, COPY)
-    loss = F.cross_entropy(logits[mask].float(), targets[mask])
-    wrong = ((logits.argmax(-1) != targets) & mask).any(dim=1)
-    if model.cfg.position_head != "none":
-        pointer = batch["pointer"][:, 1:t].to(dev).masked_fill(~mask, -1)
-        id_loss, id_wrong = _position_loss(model, h, ids, pointer, batch["answer_start"].to(dev))
-        loss = loss + ppc_weight * id_loss
-        wrong |= id_wrong
-    return loss, ~wrong
-
-
-def pack(lengths: list[int], width: int) -> tuple[list[int], list[int]]:
-    """Row and offset of each sequence when sequences of `lengths` (each <= width) share rows
-    of `width`: first fit, longest first."""
-    if max(lengths, default=0) > width:
-        raise ValueError(f"pack: a sequence of length {max(lengths)} does not fit rows of width {width}")
-    free, row, offset = [], [0] * len(lengths), [0] * len(lengths)
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        r = next((r for r, room in enumerate(free) if room >= lengths[i]), len(free))
-        if r == len(free):
-            free.append(width)
-        row[i], offset[i] = r, width - free[r]
-        free[r] -= lengths[i]
-    return row, offset
-
-
-def packed_features(model, tokens: torch.Tensor, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """model.features of (B, T) examples of real `lengths`, computed without their padding.
-
-    Examples of mixed lengths (E2, E3) would leave much of a padded batch padding. The examples
-    share rows of width T instead, each attending to its own tokens only (the same function of each example
-    as unpacked), and the states are gathered back to (B, T, C). A padding position reads an
-    arbitrary state: every loss masks it."""
-    b, t = tokens.shape
-    row, offset = pack(lengths.clamp(1, t).tolist(), t)
-    dev = tokens.device
-    real = torch.arange(t, device=dev)[None, :] < lengths.to(dev)[:, None]
-    where = torch.tensor(row, device=dev)[:, None] * t + torch.tensor(offset, device=dev)[:, None]
-    where = (where + torch.arange(t, device=dev)[None, :]).masked_fill(~real, 0)  # (B, T) index into the rows
-    size = (max(row) + 1) * t
-
-    def packed(values: torch.Tensor, fill: int) -> torch.Tensor:
-        out = values.new_full((size,), fill)
-        out[where[real]] = values[real]
-        return out.view(-1, t)
-
-    segments = packed(torch.arange(b, device=dev)[:, None].expand(b, t), -1)
-    h = model.features(packed(tokens, 0), packed(ids, 0), segments=segments)
-    return h.flatten(0, 1)[where]
-
-
-def _position_loss(model, h: torch.Tensor, ids: torch.Tensor, pointer: torch.Tensor, answer_start: torch.Tensor):
-    """The position head's loss and per-example errors on the answer tokens fed back
-    (`pointer` >= 0: the prompt index holding the next token's ID)."""
-    fed = pointer >= 0
-    if model.cfg.position_head == "pointer":
-        p = int(answer_start.max())
-        scores = pointer_scores(model, h, ids[:, :-1], h[:, :p], ids[:, :p], answer_start)
-        loss = F.cross_entropy(scores[fed], pointer[fed])
-        wrong = ((scores.argmax(-1) != pointer) & fed).any(dim=1)
-    else:
-        targets = ids[:, 1:]
-        scores = model.id_head(h).float()
-        loss = F.cross_entropy(scores[fed], targets[fed])
-        wrong = ((scores.argmax(-1) != targets) & fed).any(dim=1)
-    return loss, wrong
-
-
-def optimizer_step(model, opt, batch: dict, lr: float, grad_clip: float, dev, ppc_weight=1.0, copy=False):
-    """One AdamW step on `batch`; returns its loss and exact-match accuracy (before the step).
-
-    A non-finite loss is returned before any update, so the caller can stop cleanly."""
-    for group in opt.param_groups:
-        group["lr"] = lr
-    model.train()
-    loss, correct = step_loss(model, batch, dev, ppc_weight, copy)
-    loss_value = loss.item()
-    if math.isfinite(loss_value):
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        opt.step()
-    return loss_value, correct.float().mean().item()
+    """One model's loss and per-example exact match (B,) on one batch, teacher forced: the
+    shared loss (`step.loss`) on a stack of one."""
+    losses, correct = loss(model, packed_inputs([batch], dev, copy), ppc_weight)
+    return losses[0], correct[0]
 
 
 def cell_id(cell: dict) -> str:
@@ -219,10 +116,10 @@ class CellTrainer(loop.Trainer):
         self.about = f"{param_count(model):,} parameters on {devices.describe(dev)}, {len(data['tokens']):,} examples"
 
     def step(self, step: int) -> dict[str, float]:
-        opts = self.cell["scheme_options"]
         batch = training_batch(self.data, step, self.cell, self.gaps)
-        self.last = optimizer_step(self.model, self.opt, batch, lr_at(step, self.cfg), self.cfg["grad_clip"],
-                                   self.dev, opts["ppc_weight"], opts["copy"])
+        losses, accuracies = cell_step(self.model, self.opt, [batch], lr_at(step, self.cfg), self.cfg["grad_clip"],
+                                       self.dev, self.cell["scheme_options"])
+        self.last = losses[0], accuracies[0]
         return {self.name: self.last[0]}
 
     def record(self, step: int) -> None:
