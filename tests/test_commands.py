@@ -95,3 +95,20 @@ def test_a_slice_is_passed_on_as_given():
     cells = [CELL, {**CELL, "seed": 1, "gpu": False}]
     args = cli.parser().parse_args(["train-stack", "--cells", json.dumps(cells), *OTHER_ARGS["train-stack"]])
     assert args.cells == cells
+
+
+def test_the_slices_the_workflow_makes_hold_every_key_their_stage_declares():
+    """The declared keys are a subset of what lengthgen.config builds for the stage, on the
+    default config: a key dropped there, or declared here and never built, fails."""
+    from lengthgen import config as lgconfig
+
+    schema = lgconfig.load_yaml(REPO / "workflow/schemas/config.schema.yaml")
+    run = lgconfig.load_run_config(REPO, {}, [], schema)
+    task = run["tasks"][0]["name"]
+    cell = lgconfig.cell_slice(run, task, run["tasks"][0]["schemes"][0], 0)
+    made = {"generate": ("--task", lgconfig.data_slice(run, task, "train")), "train": ("--cell", cell),
+            "train-stack": ("--cells", [cell, {**cell, "seed": 1}]), "sweep": ("--eval", lgconfig.eval_slice(run)),
+            "train-lm": ("--spec", lgconfig.lm_slice(run, "long", 0))}
+    for name, (flag, value) in made.items():
+        args = cli.parser().parse_args([name, flag, json.dumps(value), *OTHER_ARGS[name]])
+        assert getattr(args, flag[2:]) == value
