@@ -171,3 +171,11 @@ def test_the_note_comes_before_the_run(workflow_copy):
     lines = done.stderr.splitlines()
     [note] = [i for i, line in enumerate(lines) if line.startswith("lengthgen: note: mine.yaml sets no results_dir")]
     assert not any(line.startswith(("rule ", "localrule ", "Job stats")) for line in lines[:note])
+
+
+def test_stack_blocks_group_each_tasks_seeds_and_are_empty_when_nothing_is_stacked():
+    tasks = [{"name": "a", "seeds": [2, 0, 1, 3]}, {"name": "b", "seeds": [0, 1]}]
+    cpu = {"tasks": tasks, "stack": "auto", "device": "cpu", "gpu_jobs": 1}
+    assert config.stack_blocks(cpu) == {}
+    assert config.stack_blocks({**cpu, "stack": 2}) == {(0, 1): ["a", "b"], (2, 3): ["a"]}
+    assert config.stack_blocks({**cpu, "stack": "auto", "device": "cuda"}) == {(0, 1, 2, 3): ["a"], (0, 1): ["b"]}

@@ -297,6 +297,19 @@ def seed_blocks(seeds: list[int], size: int) -> list[list[int]]:
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
+def stack_blocks(config: dict) -> dict[tuple[int, ...], list[str]]:
+    """{seeds of a block: the tasks whose seeds form it} when training is stacked (a task's
+    stack_size above 1); empty when every task trains one model per job. The workflow then plans
+    one training, sweep and attention job per block and task."""
+    sizes = {t["name"]: stack_size(config, t) for t in config["tasks"]}
+    blocks = {}
+    if set(sizes.values()) != {1}:
+        for task in config["tasks"]:
+            for block in seed_blocks(task["seeds"], sizes[task["name"]]):
+                blocks.setdefault(tuple(block), []).append(task["name"])
+    return blocks
+
+
 def train_split(config: dict, seed: int) -> str:
     """The training split a model of this seed trains on: its own draw (train-seed<seed>), so
     that a model seed and its data are one unit of replication, or the draw all share (train)."""

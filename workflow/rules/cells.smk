@@ -1,23 +1,10 @@
 # The files of one cell or one block of seeds, as functions of a job's wildcards, for the
-# training, sweep and attention rules; and the blocks themselves when training is stacked.
+# training, sweep and attention rules, and the blocks of seeds when training is stacked.
 # Here, not in lengthgen.layout: they decide those rules' inputs, and a digest of the planning
 # modules in those rules would rerun every training and sweep on an edit of the planning.
 
 
-def stack_blocks():
-    """{seeds of a block: the tasks whose seeds form it} when training is stacked (`stack` > 1,
-    or `auto` on CUDA: lgconfig.stack_size and seed_blocks); empty when every task trains one
-    model per job. Sweeps and attention then take one job per block too."""
-    sizes = {t["name"]: lgconfig.stack_size(CONFIG, t) for t in CONFIG["tasks"]}
-    blocks = {}
-    if set(sizes.values()) != {1}:
-        for task in CONFIG["tasks"]:
-            for block in lgconfig.seed_blocks(task["seeds"], sizes[task["name"]]):
-                blocks.setdefault(tuple(block), []).append(task["name"])
-    return blocks
-
-
-SEED_BLOCKS = stack_blocks()
+SEED_BLOCKS = lgconfig.stack_blocks(CONFIG)  # {seeds of a block: its tasks}; empty unless stacked
 _TRAIN_COST = {t["name"]: lgconfig.train_cost(CONFIG, t["name"]) for t in CONFIG["tasks"]}
 
 
