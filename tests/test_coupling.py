@@ -173,7 +173,7 @@ def test_teacher_forced_and_free_running_exact_match_agree_for_index_schemes():
         batch = {"tokens": tokens, "ids": ids, "seq_len": torch.full((64,), tokens.shape[1]),
                  "answer_start": torch.full((64,), 7)}
         with torch.no_grad():
-            _, forced = train.step_loss(model, batch, torch.device("cpu"))
+            forced = step.loss(model, step.packed_inputs([batch], torch.device("cpu"), copy=False))[1][0]
             out, fed = decode.generate(model, tokens[:, :7], ids[:, :7], 6, opts, sp.EOS)
         free = (out == tokens[:, 7:]).all(dim=1)
         assert torch.equal(forced, free)

@@ -23,7 +23,7 @@ from lengthgen.support import device as devices
 from lengthgen.support.errors import UserError
 from lengthgen.training import loop
 from lengthgen.training.optim import adamw, lr_at
-from lengthgen.training.step import cell_step, loss, packed_inputs
+from lengthgen.training.step import cell_step
 
 
 def build_model(cell: dict, vocab_size: int) -> Transformer:
@@ -49,13 +49,6 @@ def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     """One epoch's permutation, drawn once per epoch rather than once per step (and per seed:
     a stacked job steps several seeds in turn)."""
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
-
-
-def step_loss(model, batch: dict, dev, ppc_weight: float = 1.0, copy: bool = False):
-    """One model's loss and per-example exact match (B,) on one batch, teacher forced: the
-    shared loss (`step.loss`) on a stack of one."""
-    losses, correct = loss(model, packed_inputs([batch], dev, copy), ppc_weight)
-    return losses[0], correct[0]
 
 
 def cell_id(cell: dict) -> str:
