@@ -242,7 +242,10 @@ COMMANDS = (
             arg("--factors", type=float, nargs="+", default=[0.5, 1.0, 2.0],
                 help="units of the simulated runs, as multiples of the run's"),
             arg("--claim1-models", type=int, nargs="+", help="claim 1's power at these numbers of models"),
-            arg("--simulations", type=int, default=100),
+            arg("--simulations", type=int, default=400,
+                help="simulated truths (the run's units drawn with replacement), two runs from each"),
+            arg("--plug-in", action="store_true",
+                help="centre every simulated run on the run's own units (no uncertainty of the effect itself)"),
             arg("--write", help="Markdown file whose block '<!-- power: RESULTS -->' ... '<!-- end power -->' "
                                 "takes the table"),
             arg("--split-half", metavar="OUT", help="instead: the claim words of each half of the run's units, "

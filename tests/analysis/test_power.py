@@ -45,7 +45,7 @@ def test_a_clear_row_agrees_and_a_row_at_its_floor_does_not(tmp_path, schema):
     assert by.loc["alibi", "agreement"] < 0.9
     assert np.allclose(table[["p_pass", "p_fail", "p_inconclusive"]].sum(axis=1), 1.0)
     text = power.agreement_table(run, table)
-    assert "| 12 | 1.00 | 12 |" in text and "more than 12: not decidable at this cost" in text
+    assert "| 12 | 1.00 ± 0.00 | 12 |" in text and "more than 12: not decidable at this cost" in text
 
 
 def test_resampled_units_keep_each_seeds_rows_together(tmp_path, schema):
@@ -94,3 +94,36 @@ def test_a_row_that_agrees_only_below_its_units_needs_more_not_fewer(tmp_path, s
     assert power.agreement_table(run, table).splitlines()[-1].endswith("| 12 |")
     steady = table.assign(observed="INCONCLUSIVE", p_fail=0.0, p_inconclusive=1.0)
     assert "INCONCLUSIVE at every count to 24: not decidable" in power.agreement_table(run, steady)
+
+
+def _one_of_ten(predictive: bool, n_truth: int = 20000):
+    """Ten units, one of them 1; a run draws one unit and reads PASS when it is the 1. Plug-in,
+    every run has P(PASS) = 0.1, so two agree with 0.1^2 + 0.9^2 = 0.82. Predictive, a truth
+    holds K ~ Binomial(10, 0.1) ones, p = K / 10, and E[p^2 + (1 - p)^2] = 1 - 2 E[p] + 2 E[p^2]
+    = 1 - 0.2 + 2 (0.009 + 0.01) = 0.838: the effect's own uncertainty makes words differ less
+    often here, because it widens the chance of truths with no 1 at all."""
+    rng = np.random.default_rng(1)
+    units = np.array([1] + [0] * 9)
+
+    def truth_of():
+        return rng.choice(units, size=10) if predictive else units
+
+    found = power.two_stage(truth_of, lambda truth: rng.choice(truth, size=1),
+                            lambda run: {"row": "PASS" if run[0] == 1 else "FAIL"}, ["row"], n_truth)
+    return found["row"]
+
+
+def test_the_predictive_step_gives_the_known_agreement_and_its_monte_carlo_error():
+    plug_in, predictive = _one_of_ten(False), _one_of_ten(True)
+    for found, exact in ((plug_in, 0.82), (predictive, 0.838)):
+        assert abs(found["agreement"] - exact) < 4 * found["mc_se"]
+        # two runs of a truth agree or not: the error is that of a share over 20,000 truths
+        assert found["mc_se"] == pytest.approx(np.sqrt(exact * (1 - exact) / 20000), rel=0.1)
+    assert plug_in["p"]["PASS"] == pytest.approx(0.1, abs=0.01)
+
+
+def test_the_table_shows_each_agreement_with_its_monte_carlo_error(tmp_path, schema):
+    run = _run(tmp_path, schema, {"rope": 0.4})
+    table = power.agreement(run, [1.0], n_sim=4, n_perm=200, n_boot=200)
+    assert (table["agreement"] == 1.0).all() and (table["mc_se"] == 0.0).all()
+    assert "| 1.00 ± 0.00 |" in power.agreement_table(run, table)

@@ -1,10 +1,13 @@
 """Units by power: how many models (and data draws) each deciding row needs to reach the same
 word in two independent runs.
 
-`agreement` (every deciding row): a simulated independent run draws the run's units with
-replacement (a model seed with its own training and test draws; an E4 pair of language
-models), recomputes the whole scorecard with the registered rules, and counts each row's word;
-two runs agree with probability sum(p_word^2).
+`agreement` (every deciding row) is predictive: the run's effects are estimates, so each
+simulation first draws a plausible truth (the run's units with replacement: a model seed with
+its own training and test draws; an E4 pair of language models), then two independent runs from
+that truth (a multiple of the run's unit count, drawn with replacement), recomputes each run's
+whole scorecard with the registered rules, and counts whether the two give a row the same word.
+Centring every simulated run on the observed effect (plug-in, `predictive=False`) leaves the
+effect's own uncertainty out and flatters a row near its threshold.
 
 Claim 1's power (below, `power`):
 
@@ -18,6 +21,7 @@ the power at m is the share of replications that PASS.
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 
@@ -108,9 +112,14 @@ class Run:
         self.scores = language_scores.read(scores) if cfg.get("language") and scores.exists() else None
         self.models = (attention_report.per_model(attention_report.read(attention))
                        if cfg.get("attention") and attention.exists() else None)
-        self.units = {task: sorted(g["seed"].unique()) for task, g in self.sweep.groupby("task")}
-        if self.scores is not None:
-            self.units["E4 pairs"] = sorted(self.scores["seed"].unique())
+        self.units = _units_of(self.sweep, self.scores)
+
+    def with_tables(self, sweep, scores, models) -> Run:
+        """This run's design and rules on other tables (a simulated truth): units recounted."""
+        other = copy.copy(self)
+        other.sweep, other.scores, other.models = sweep, scores, models
+        other.units = _units_of(sweep, scores)
+        return other
 
     def rows(self, st: dict, sweep=None, scores=None, models=None) -> list[dict]:
         """The scorecard's rows of these (or the given) tables."""
@@ -149,6 +158,14 @@ class Run:
         return sweep, scores, models
 
 
+def _units_of(sweep: pd.DataFrame, scores: pd.DataFrame | None) -> dict:
+    """Each task's model seeds and E4's pairs."""
+    units = {task: sorted(g["seed"].unique()) for task, g in sweep.groupby("task")}
+    if scores is not None:
+        units["E4 pairs"] = sorted(scores["seed"].unique())
+    return units
+
+
 def rules_for(recorded: dict) -> dict:
     """The rules a run is judged by: those it recorded, or, for a run that predates today's
     registered rules (its claims section fails today's schema), today's (config.yaml's)."""
@@ -181,24 +198,52 @@ def _relabel(df: pd.DataFrame, picks: dict, by: str) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def agreement(run: Run, factors: list[float], n_sim: int = 100, n_perm: int = 1000,
-              n_boot: int = 1000) -> pd.DataFrame:
-    """Per deciding row and unit factor: how often each word comes out of `n_sim` simulated runs,
-    and the probability that two independent runs give the same word (sum of squares)."""
+def two_stage(truth_of, run_of, words_of, checks, n_truth: int, per_truth: int = 2) -> dict:
+    """Per check: how often each word came out of all simulated runs, and the probability that
+    two runs drawn from one truth give the same word, averaged over `n_truth` truths, with its
+    Monte-Carlo standard error. `truth_of()` draws a truth, `run_of(truth)` a run from it and
+    `words_of(run)` its {check: word} (a check it lacks reads INCONCLUSIVE). Each truth's
+    `per_truth` runs give the unbiased same-word share of their pairs, sum c(c-1) / (m(m-1))."""
+    counts = {check: dict.fromkeys(WORDS, 0) for check in checks}
+    same = {check: [] for check in checks}
+    for _ in range(n_truth):
+        truth = truth_of()
+        outs = [words_of(run_of(truth)) for _ in range(per_truth)]
+        for check in checks:
+            got = [w.get(check, claims.INCONCLUSIVE) for w in outs]
+            for w in got:
+                counts[check][w] += 1
+            same[check].append(sum(got.count(w) * (got.count(w) - 1) for w in WORDS) / (per_truth * (per_truth - 1)))
+    runs = n_truth * per_truth
+    return {check: {"p": {w: c / runs for w, c in counts[check].items()}, "agreement": float(np.mean(same[check])),
+                    "mc_se": float(np.std(same[check], ddof=1) / np.sqrt(n_truth)) if n_truth > 1 else np.nan}
+            for check in checks}
+
+
+def agreement(run: Run, factors: list[float], n_sim: int = 400, n_perm: int = 1000,
+              n_boot: int = 1000, predictive: bool = True, per_truth: int = 2) -> pd.DataFrame:
+    """Per deciding row and unit factor: how often each word comes out of the simulated runs, and
+    the probability that two independent runs give the same word, from `n_sim` truths (each the
+    run's units drawn with replacement; the run itself when not `predictive`) of `per_truth`
+    runs each, with its Monte-Carlo standard error."""
     st = {**run.claims["stats"], "n_perm": n_perm, "n_boot": n_boot}
     observed = run.words(run.claims["stats"])
     rng = np.random.default_rng(st["seed"])
+    seeds = iter(range(st["seed"], st["seed"] + 10**9))  # each scorecard its own resampling seed
+
+    def truth_of() -> Run:
+        return run.with_tables(*run.resampled(1.0, rng)) if predictive else run
+
+    def words_of(tables) -> dict:
+        return run.words({**st, "seed": next(seeds)}, *tables)
+
     rows = []
     for factor in factors:
-        counts = {check: dict.fromkeys(WORDS, 0) for check in observed}
-        for i in range(n_sim):
-            words = run.words({**st, "seed": st["seed"] + i}, *run.resampled(factor, rng))
-            for check in observed:
-                counts[check][words.get(check, claims.INCONCLUSIVE)] += 1
-        for check, c in counts.items():
-            p = {w: c[w] / n_sim for w in WORDS}
-            rows.append({"check": check, "observed": observed[check], "factor": factor,
-                         **{f"p_{w.lower()}": p[w] for w in WORDS}, "agreement": sum(v * v for v in p.values())})
+        found = two_stage(truth_of, lambda truth, f=factor: truth.resampled(f, rng), words_of, list(observed),
+                          n_sim, per_truth)
+        rows += [{"check": check, "observed": observed[check], "factor": factor,
+                  **{f"p_{w.lower()}": r["p"][w] for w in WORDS}, "agreement": r["agreement"], "mc_se": r["mc_se"]}
+                 for check, r in found.items()]
     return pd.DataFrame(rows)
 
 
@@ -206,7 +251,7 @@ def agreement_table(run: Run, table: pd.DataFrame, target: float = 0.9) -> str:
     """The Markdown table: per deciding row, its units in the run, the agreement at each factor,
     and the units it needs for `target` (or that the factors tried do not reach it)."""
     factors = sorted(table["factor"].unique())
-    lines = ["| check | word | units | " + " | ".join(f"agreement at {f:g}x" for f in factors) + " | needs |",
+    lines = ["| check | word | units | " + " | ".join(f"agreement at {f:g}x (± MC se)" for f in factors) + " | needs |",
              "|---|---|---|" + "---|" * len(factors) + "---|"]
     for check, g in table.groupby("check", sort=False):
         g = g.set_index("factor")
@@ -221,9 +266,15 @@ def agreement_table(run: Run, table: pd.DataFrame, target: float = 0.9) -> str:
             needs = f"INCONCLUSIVE at every count to {round(factors[-1] * units)}: not decidable at this cost"
         else:
             needs = f"{round(held[0] * units)}"
-        cells = " | ".join(f"{g.loc[f, 'agreement']:.2f}" for f in factors)
+        cells = " | ".join(_cell(g.loc[f]) for f in factors)
         lines.append(f"| {check} | {g.iloc[0]['observed']} | {units} | {cells} | {needs} |")
     return "\n".join(lines)
+
+
+def _cell(row: pd.Series) -> str:
+    """An agreement with its Monte-Carlo standard error, where the table has one."""
+    se = row.get("mc_se", np.nan)
+    return f"{row['agreement']:.2f}" + ("" if pd.isna(se) else f" ± {se:.2f}")
 
 
 def _modal(row: pd.Series) -> str:
