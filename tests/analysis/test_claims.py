@@ -295,78 +295,120 @@ def test_scratchpad_straddling_interval_is_inconclusive_and_a_clear_miss_fails()
                               "ppc (ppc) exact match, fitted seeds": "FAIL"}
 
 
-CONTROL = "ppc against the copy-head control: share of its shortfall closed"
-PLAIN = "ppc against the best plain index scheme: share of its shortfall closed"
+CONTROL = "ppc - the copy-head control, paired by seed"
+PLAIN = "ppc against the best plain index scheme: share of its shortfall closed, paired by seed"
+PPC = "ppc (ppc) exact match, fitted seeds"
 E3 = {("ppc", 10): [1, 1, 0.99], ("ppc", 20): [0.95, 0.9, 0.97], ("pc", 10): [1, 1, 1], ("pc", 20): [0.96, 0.92, 0.97]}
 
 
-def e3_rows(extra, max_position=100):
+def e3_rows(extra, max_position=100, seeds=(0, 1, 2), cfg=None):
     """E3 trained to n = 10 and judged at 20 (92 tokens): IDs inside max_position 100."""
-    df = coupling_sweep("e3", {**E3, **extra})
+    df = coupling_sweep("e3", {**E3, **extra}, seeds=seeds)
     schemes = sorted({s for s, _ in {**E3, **extra}})
     task = {**info("variable_assignment", schemes), "answer_format": "statements", "max_position": max_position,
             "test_tokens": {"10": 52, "15": 72, "20": 92}}
-    return coupling_checks(df, {"e3": task}, COUPLING, ST)
+    return coupling_checks(df, {"e3": task}, cfg or COUPLING, ST)
+
+
+def row_of(rows, name):
+    return next(r for r in rows if r["check"].split(": ", 1)[1].startswith(name))
 
 
 def test_assignment_fitted_baselines_far_below_ppc_pass():
     rows = e3_rows({("rope", 10): [1, 0.97, 1], ("rope", 20): [0.3, 0.2, 0.25],
                     ("pointer", 10): [1, 1, 1], ("pointer", 20): [0.4, 0.35, 0.5]})
-    assert verdicts(rows) == {CONTROL + " (pointer)": "PASS", PLAIN + " (rope)": "PASS",
+    assert verdicts(rows) == {PPC: "PASS", CONTROL + " (pointer)": "PASS", PLAIN + " (rope)": "PASS",
                               "ppc - pc (oracle IDs)": "PASS"}
     assert rows[0]["check"].startswith("e3 (statements answers) at n=10 (1x)")
     assert rows[1]["detail"].startswith("training IDs 0-99 (max_position 100), test sequences to 92 tokens;")
-    ppc, pointer = np.mean([0.95, 0.9, 0.97]), np.mean([0.4, 0.35, 0.5])
-    assert rows[1]["value"] == pytest.approx((ppc - pointer) / (1 - pointer), abs=1e-4)
+    ppc, rope = np.mean([0.95, 0.9, 0.97]), np.mean([0.3, 0.2, 0.25])
+    assert row_of(rows, PLAIN)["value"] == pytest.approx((ppc - rope) / (1 - rope), abs=1e-4)
+    assert row_of(rows, CONTROL)["value"] == pytest.approx(ppc - np.mean([0.4, 0.35, 0.5]), abs=1e-4)
 
 
-def test_assignment_closing_part_of_a_strong_controls_shortfall_is_judged_on_its_interval():
-    """The control at 0.75 leaves 0.25: a ppc at 0.99 closes 0.96 of it (PASS) where a fixed
-    margin of 0.3 could never be met; a ppc at 0.80 closes 0.2 (FAIL); seeds that disagree
-    about it straddle closure_min (INCONCLUSIVE)."""
-    control = {("pointer", 10): [1, 1, 1], ("pointer", 20): [0.74, 0.76, 0.75]}
+def test_ppcs_own_exact_match_passes_fails_and_straddles_coupled_min():
+    for want, ppc in {"PASS": [1.0, 0.99, 1.0], "FAIL": [0.7, 0.75, 0.72], "INCONCLUSIVE": [0.95, 0.8, 0.97]}.items():
+        assert row_of(e3_rows({("ppc", 20): ppc}), PPC)["result"] == want
+
+
+def test_ppc_against_a_control_at_exact_match_is_judged_within_the_tolerance():
+    """A control trained to the end holds at exact match: ppc within match_tolerance (0.05) of
+    it passes, ppc clearly below fails, seeds that disagree about it straddle."""
+    control = {("pointer", 10): [1, 1, 1], ("pointer", 20): [1.0, 1.0, 0.998]}
+    cases = {"PASS": [0.99, 0.995, 1.0], "FAIL": [0.8, 0.82, 0.78], "INCONCLUSIVE": [0.9, 1.0, 0.99]}
+    for want, ppc in cases.items():
+        row = row_of(e3_rows({**control, ("ppc", 20): ppc}), CONTROL)
+        assert row["result"] == want, (want, row)
+        assert row["threshold"] == ">= -0.05 (interval)"
+
+
+def test_the_control_row_is_paired_by_seed():
+    """Seeds differ much (each is its own data draw), ppc tracks its own seed's control 0.01
+    below: paired, the difference is -0.01 at every seed (PASS); resampling the two schemes
+    apart would mix seeds and straddle the tolerance."""
+    seeds = tuple(range(8))
+    control = [1.0, 0.6, 0.9, 0.5, 0.8, 0.7, 0.95, 0.55]
+    rows = e3_rows({("pc", 10): [1] * 8, ("pc", 20): [1] * 8, ("ppc", 10): [1] * 8,
+                    ("ppc", 20): [c - 0.01 for c in control], ("pointer", 10): [1] * 8, ("pointer", 20): control},
+                   seeds=seeds)
+    row = row_of(rows, CONTROL)
+    assert row["result"] == "PASS" and row["value"] == pytest.approx(-0.01, abs=1e-4)
+    assert row["ci_high"] - row["ci_low"] < 0.05
+
+
+def test_resamples_with_too_few_paired_seeds_count_against_the_row():
+    """min_fitted 3, and the control fits in 3 of 4 seeds: about a third of the resamples hold
+    fewer than 3 seeds where both fit, so the interval is unbounded: INCONCLUSIVE. With 10 of 12
+    fitted the same effect decides."""
+    cfg = {**COUPLING, "min_fitted": 3}
+    four = {("pc", 10): [1] * 4, ("pc", 20): [1] * 4, ("ppc", 10): [1] * 4, ("ppc", 20): [0.6] * 4,
+            ("pointer", 10): [1, 1, 1, 0.5], ("pointer", 20): [1.0] * 4}
+    row = row_of(e3_rows(four, seeds=tuple(range(4)), cfg=cfg), CONTROL)
+    assert row["result"] == "INCONCLUSIVE" and row["n"] == 3
+    assert "resamples with fewer than 3 count against the row" in row["detail"]
+    twelve = {k: (v * 3 if k != ("pointer", 10) else [1] * 10 + [0.5, 0.5]) for k, v in four.items()}
+    row = row_of(e3_rows(twelve, seeds=tuple(range(12)), cfg=cfg), CONTROL)
+    assert row["result"] == "FAIL" and row["n"] == 10
+
+
+def test_assignment_closing_part_of_a_plain_baselines_shortfall_is_judged_on_its_interval():
+    """rope at 0.75 leaves 0.25: a ppc at 0.99 closes 0.96 of it (PASS); at 0.80, 0.2 (FAIL);
+    seeds that disagree about it straddle closure_min (INCONCLUSIVE)."""
+    rope = {("rope", 10): [1, 1, 1], ("rope", 20): [0.74, 0.76, 0.75]}
     cases = {"PASS": [0.99, 0.99, 0.99], "FAIL": [0.8, 0.8, 0.8], "INCONCLUSIVE": [0.8, 1.0, 0.86]}
     for want, ppc in cases.items():
-        row = next(r for r in e3_rows({**control, ("ppc", 20): ppc}) if CONTROL in r["check"])
+        row = row_of(e3_rows({**rope, ("ppc", 20): ppc}), PLAIN)
         assert row["result"] == want, (want, row)
 
 
-def test_assignment_fitted_control_as_good_as_ppc_fails():
+def test_assignment_fitted_control_as_good_as_ppc_and_an_unfit_plain_scheme():
     rows = e3_rows({("rope", 10): [0.2, 0.3, 0.3], ("rope", 20): [0.1, 0.1, 0.1],
                     ("ppc", 20): [0.65, 0.6, 0.62], ("pc", 20): [0.65, 0.6, 0.62],
                     ("pointer", 10): [1, 1, 1], ("pointer", 20): [0.6, 0.58, 0.62]})
     got = verdicts(rows)
-    assert got[CONTROL + " (pointer)"] == "FAIL"
+    assert got[CONTROL + " (pointer)"] == "PASS" and got[PPC] == "FAIL"
     assert got[PLAIN] == "INCONCLUSIVE"  # rope never fit: nothing to compare
+    row = row_of(rows, PLAIN)
+    assert "unfit at 1x (fitted seeds): rope 0 of 3" in row["detail"] and np.isnan(row["value"])
 
 
-def test_assignment_control_at_ceiling_leaves_no_headroom_to_decide():
-    """The control at 0.94 leaves less than min_headroom to close: the row cannot tell."""
-    rows = e3_rows({("pointer", 10): [1, 1, 1], ("pointer", 20): [0.94, 0.92, 0.96]})
-    row = next(r for r in rows if "copy-head control" in r["check"])
-    assert row["result"] == "INCONCLUSIVE" and "no headroom: pointer within 0.1 of exact match" in row["detail"]
-    plain = next(r for r in rows if "plain index" in r["check"])
-    assert plain["result"] == "N/A" and plain["detail"] == "no such scheme in this grid"
+def test_a_plain_scheme_at_ceiling_leaves_no_headroom_to_decide():
+    """rope at 0.94 leaves less than min_headroom to close: the row cannot tell."""
+    rows = e3_rows({("rope", 10): [1, 1, 1], ("rope", 20): [0.94, 0.92, 0.96]})
+    row = row_of(rows, PLAIN)
+    assert row["result"] == "INCONCLUSIVE" and "no headroom: rope within 0.1 of exact match" in row["detail"]
+    control = row_of(rows, CONTROL)
+    assert control["result"] == "N/A" and control["detail"] == "no such scheme in this grid"
 
 
-def test_assignment_judges_each_baseline_kind_apart():
-    """An unfit plain index scheme leaves its own row INCONCLUSIVE and the control's row alone."""
-    rows = e3_rows({("rope", 10): [0.2, 0.3, 0.3], ("rope", 20): [0.1, 0.1, 0.1],
-                    ("pointer", 10): [1, 1, 1], ("pointer", 20): [0.4, 0.35, 0.5]})
-    got = verdicts(rows)
-    assert got[CONTROL + " (pointer)"] == "PASS"
-    row = next(r for r in rows if "plain index" in r["check"])
-    assert row["result"] == "INCONCLUSIVE" and "unfit at 1x (fitted seeds): rope 0 of 3" in row["detail"]
-    assert np.isnan(row["value"])
-
-
-def test_assignment_compares_fitted_seeds_only():
-    """pointer's seed 2 is unfit at 1x (and perfect at 2x): left out, the control's mean is 0.4."""
-    rows = e3_rows({("pointer", 10): [1, 1, 0.5], ("pointer", 20): [0.4, 0.4, 1.0]})
-    row = next(r for r in rows if "copy-head control" in r["check"])
-    assert row["result"] == "PASS" and row["n"] == 5
-    assert row["value"] == pytest.approx((np.mean([0.95, 0.9, 0.97]) - 0.4) / 0.6, abs=1e-4)
-    assert "pointer 0.400" in row["detail"]
+def test_assignment_compares_seeds_where_both_fit_only():
+    """pointer's seed 4 is unfit at 1x (and perfect at 2x): left out with ppc's seed 4."""
+    five = {("pc", 10): [1] * 5, ("pc", 20): [1] * 5, ("ppc", 10): [1] * 5, ("ppc", 20): [0.95, 0.9, 0.97, 0.9, 0.2],
+            ("pointer", 10): [1, 1, 1, 1, 0.5], ("pointer", 20): [0.4, 0.4, 0.4, 0.4, 1.0]}
+    row = row_of(e3_rows(five, seeds=tuple(range(5))), CONTROL)
+    assert row["result"] == "PASS" and row["n"] == 4
+    assert row["value"] == pytest.approx(np.mean([0.95, 0.9, 0.97, 0.9]) - 0.4, abs=1e-4)
+    assert "4 seeds where both fit" in row["detail"] and "pointer 0.400" in row["detail"]
 
 
 def test_assignment_beyond_the_training_coverage_decides_nothing():
@@ -395,10 +437,10 @@ def test_assignment_at_the_other_test_lengths_gives_numbers_not_verdicts():
                     ("pointer", 15): [0.5, 0.5, 0.5], ("pointer", 20): [0.4, 0.35, 0.5]})
     at15 = [r for r in rows if "at n=15 (1.5x)" in r["check"]]
     checks = {r["check"].split(": ", 1)[1] for r in at15}
-    assert checks == {CONTROL + " (pointer)", "ppc - pc (oracle IDs)"}
+    assert checks == {PPC, CONTROL + " (pointer)", "ppc - pc (oracle IDs)"}
     assert all(r["result"] == "descriptive" and r["threshold"] == "-" for r in at15)
     control = next(r for r in at15 if "copy-head" in r["check"])
-    assert control["value"] == pytest.approx(1.0) and control["detail"].startswith("training IDs 0-99")
+    assert control["value"] == pytest.approx(0.5) and control["detail"].startswith("training IDs 0-99")
 
 
 def test_coupling_without_the_2x_length_is_not_measured():
@@ -742,3 +784,16 @@ def test_the_scorecards_two_pages_are_swapped_in_together(tmp_path, monkeypatch)
         write_scorecard([], csv, md)
     assert csv.read_text() == "old csv\n" and md.read_text() == "old md\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["claims.csv", "claims.md"]
+
+
+def test_every_length_beyond_training_gets_its_effect_with_an_interval_pooled_or_not():
+    """min_length_ratio 8 pools n = 80 and 160 only; n = 20 (2x), where every k holds its 1x
+    accuracy, still gets its own row: an effect near 0 whose interval says the design cannot
+    tell there, beside the pooled lengths' clear fall."""
+    acc = {**FALLING, (1, 20): 0.95, (2, 20): 0.945, (3, 20): 0.94}
+    rows = sparsity_checks(sweep(acc, seeds=range(6), noise=0.005), ["t_k1", "t_k2", "t_k3"], 10, SPARSITY, ST)
+    per_length = {r["check"].split(" at ")[1].split(":")[0]: r for r in rows if "smallest k - largest k" in r["check"]}
+    assert list(per_length) == ["n=20 (2x)", "n=80 (8x)", "n=160 (16x)"]
+    assert per_length["n=20 (2x)"]["value"] == pytest.approx(0.01, abs=1e-6)
+    assert per_length["n=20 (2x)"]["ci_high"] < 0.1 <= per_length["n=80 (8x)"]["ci_low"]
+    assert all(r["result"] == "descriptive" and r["n"] == 18 for r in per_length.values())  # 6 per k

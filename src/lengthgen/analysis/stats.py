@@ -160,6 +160,43 @@ def seed_binomial_means(accuracy, examples, n_boot: int, seed: int) -> np.ndarra
     return (rng.binomial(n[pick], acc[pick]) / n[pick]).mean(axis=1)
 
 
+def paired_seed_means(accuracy, examples, n_boot: int, seed: int, min_units: int) -> np.ndarray:
+    """(n_boot, schemes) resampled means for schemes compared on the same model seeds, paired by
+    seed: each resample draws the seeds (rows) with replacement, every scheme (column) then takes
+    the drawn seeds it fitted (accuracy not NaN), each as a binomial draw of its test set, as
+    `seed_binomial_means` does. A seed is a model with its own data draw, so the schemes of one
+    seed share what that draw did to them. Where a scheme has fewer than `min_units` fitted seeds
+    among the drawn ones its mean is undefined (NaN): see `interval_with_undefined`."""
+    acc, n = np.asarray(accuracy, dtype=float), np.asarray(examples, dtype=int)
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, acc.shape[0], size=(n_boot, acc.shape[0]))
+    a, m = acc[pick], n[pick]  # (n_boot, seeds, schemes)
+    fitted = ~np.isnan(a)
+    hits = rng.binomial(np.where(fitted, m, 0), np.where(fitted, a, 0.0))
+    count = fitted.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = (hits / np.maximum(m, 1)).sum(axis=1) / count
+    means[count < min_units] = np.nan
+    return means
+
+
+def interval_with_undefined(draws, level: float = 0.95) -> tuple[float, float]:
+    """The percentile interval of draws some of which are undefined (NaN). An undefined draw
+    counts against whichever verdict it could change: as the lowest value for the lower end and
+    the highest for the upper end. So when more than (1 - level) / 2 of them are undefined the
+    interval is unbounded (NaN here) on both sides and `interval_verdict` says INCONCLUSIVE: the
+    data cannot decide. With none undefined it is `percentile_ci`."""
+    d = np.asarray(draws, dtype=float)
+    undefined = np.isnan(d)
+    if not undefined.any():
+        return percentile_ci(d, level)
+    if undefined.mean() > (1 - level) / 2:
+        return math.nan, math.nan
+    lo = np.quantile(np.where(undefined, -np.inf, d), (1 - level) / 2, method="lower")
+    hi = np.quantile(np.where(undefined, np.inf, d), (1 + level) / 2, method="higher")
+    return float(lo), float(hi)
+
+
 def interval_verdict(lo: float, hi: float, threshold: float, direction: str) -> str:
     """PASS when the whole interval is on the claim's side of `threshold` (`>=` or `<=`), FAIL
     when the whole interval is on the other side, INCONCLUSIVE when it straddles: the data
