@@ -14,7 +14,7 @@ import time
 import pandas as pd
 import pytest
 import yaml
-from conftest import SMOKE_RESULTS, VENV_BIN, copy_workflow, run_snakemake, venv_env
+from conftest import REPO, SMOKE_RESULTS, VENV_BIN, copy_workflow, run_snakemake, venv_env
 
 from lengthgen.analysis.aggregate import read_sweep
 
@@ -196,9 +196,13 @@ TRAINING = ("train", "length_sweep", "aggregate", "claims", *FIGURES, "provenanc
 # training, sweep or attention job.
 PLANNED = {"aggregate", "claims", *FIGURES, "provenance", "report_pages", "aggregate_attention", "figure_attention",
            "language_scores", "influence_report", "all"}
+# The claims, one module each in a package: an edit of any of them reruns the claims and the
+# figures (lengthgen.reporting.figures imports the package), and nothing else.
+CLAIMS_MODULES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "src/lengthgen/analysis/claims").glob("*.py"))
 
 
-# End to end for six files: Snakemake reruns a stage whose digest changed and what follows it.
+# End to end for the claims package's modules and five other files: Snakemake reruns a stage
+# whose digest changed and what follows it.
 # Which digests an edit of every other file changes is checked without Snakemake
 # (tests/support/test_digest.py).
 @pytest.mark.parametrize(
@@ -206,7 +210,7 @@ PLANNED = {"aggregate", "claims", *FIGURES, "provenance", "report_pages", "aggre
     [
         ("src/lengthgen/model/transformer.py",
          {*TRAINING, "train_lm", "score_influence", "language_scores", "influence_report", *LANGUAGE_ATTENTION, "all"}),
-        ("src/lengthgen/analysis/claims.py", {"claims", *FIGURES, "report_pages", "all"}),
+        *((relpath, {"claims", *FIGURES, "report_pages", "all"}) for relpath in CLAIMS_MODULES),
         ("src/lengthgen/analysis/scorecard.py", {"claims", "report_pages", "all"}),
         ("src/lengthgen/layout.py", PLANNED),
         ("src/lengthgen/plan.py", PLANNED),

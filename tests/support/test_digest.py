@@ -50,11 +50,12 @@ def test_a_function_left_with_only_its_docstring_keeps_its_body(tmp_path):
 def test_stage_files_follow_imports_and_leave_out_the_command_line_shim():
     train = {p.name for p in digest.stage_files("lengthgen.training.train")}
     assert {"train.py", "transformer.py", "datasets.py"} <= train
-    assert not {"cli.py", "__main__.py", "decode.py", "claims.py"} & train
+    assert not {"cli.py", "__main__.py", "decode.py", "sparsity.py"} & train
     sweep = {p.name for p in digest.stage_files("lengthgen.evaluation.sweep")}
     assert "decode.py" in sweep and "train.py" not in sweep  # sweeps do not rerun for a training edit
-    claims = {p.name for p in digest.stage_files("lengthgen.analysis.scorecard")}
-    assert {"scorecard.py", "claims.py", "stats.py"} <= claims and "cli.py" not in claims
+    claims = {p.relative_to(digest.PACKAGE_DIR).as_posix() for p in digest.stage_files("lengthgen.analysis.scorecard")}
+    assert {"analysis/scorecard.py", "analysis/claims/__init__.py", "analysis/stats.py"} <= claims
+    assert "cli.py" not in claims
 
 
 CLI_EDITS = {  # an edit of the command line -> the stages whose digests it changes
@@ -155,6 +156,9 @@ def _stages() -> dict[str, str]:
     ("reporting/language.py", {"language_report"}),
     ("analysis/language_summary.py", {"language_report"}),
     ("analysis/language_scores.py", {"language_scores", "claims"}),
+    # every module of the claims package: the figures and the report import it too
+    *((f"analysis/claims/{name}.py", {"claims", "figures", "report"})
+      for name in ("__init__", "rows", "sparsity", "coupling", "language", "attention", "scorecard")),
     ("reporting/figures.py", {"figures"}),
     ("tasks/sparse_parity.py", {"data", "train", "train_stack", "evaluate", "attention"}),
     ("tasks/_common.py", {"data", "train", "train_stack", "evaluate", "attention"}),

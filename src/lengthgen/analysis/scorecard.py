@@ -20,7 +20,7 @@ def build(sweep_csv, sparse_tasks: list[str], train_max: int, cfg: dict, couplin
     scale, needle = scale or {}, needle or {}
     sweep = read_sweep(sweep_csv, sorted({*sparse_tasks, *coupling, *scale, *needle}))
     scores = language_scores.read(language) if language else None
-    # per_model is read here, not in claims.py: the paper's figures import claims, and an edit of
+    # per_model is read here, not in claims/: the paper's figures import claims, and an edit of
     # the attention table's code must not rerun them
     models = attention_report.per_model(attention_report.read(attention)) if attention else None
     rows = judge(sweep, scores, models, sparse_tasks, train_max, coupling, cfg, scale, needle)
