@@ -77,19 +77,37 @@ def _left_by_a_test(path: Path) -> bool:
         return True
 
 
+def environ(pid: int) -> list[bytes]:
+    """The NAME=value entries of process `pid`'s environment; [] if gone or not readable, and
+    also for a moment after `subprocess.Popen` returns: the kernel lets Popen return once exec
+    has begun, before it has set up the new program's environment (see `wait_marked`)."""
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
 def marked_pids(cluster_id: str | None = None) -> list[int]:
     """PIDs of live processes carrying the marker of cluster `cluster_id` (of any, if None)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
         if any(v.startswith(f"{MARKER}=".encode()) and (cluster_id is None or v == f"{MARKER}={cluster_id}".encode())
-               for v in environ):
+               for v in environ(int(entry.name))):
             pids.append(int(entry.name))
+    return pids
+
+
+def wait_marked(n: int, cluster_id: str | None = None, timeout: float = 30.0) -> list[int]:
+    """`marked_pids(cluster_id)` once it finds at least `n` processes. For tests that have just
+    started marked processes: until a child is past exec, its environ reads empty."""
+    deadline = time.monotonic() + timeout
+    while len(pids := marked_pids(cluster_id)) < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(pids)} of {n} processes marked {MARKER}={cluster_id} seen in /proc "
+                               f"within {timeout:.0f} s")
+        time.sleep(0.02)
     return pids
 
 

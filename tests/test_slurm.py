@@ -14,6 +14,7 @@ its link at /etc/slurm/slurm.conf) is undone, and only that.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -252,17 +253,29 @@ def test_a_killed_runs_processes_and_files_are_removed_when_no_run_holds_the_loc
     if os.geteuid() != 0:
         pytest.skip("repair_unless_busy acts as root only")
     system, _ = _system_paths(tmp_path, monkeypatch)
-    real_marker = slurm_cluster.MARKER
-    monkeypatch.setattr(slurm_cluster, "MARKER", f"{real_marker}_UNDER_TEST")
+    real_marker, real_lock = slurm_cluster.MARKER, slurm_cluster.LOCK_FILE
+    # this process's own: the same test in another session on this machine must not end ours
+    monkeypatch.setattr(slurm_cluster, "MARKER", f"{real_marker}_UNDER_TEST_{os.getpid()}")
     monkeypatch.setattr(slurm_cluster, "LOCK_FILE", tmp_path / "cluster.lock")
     monkeypatch.setattr(slurm_cluster, "MUNGE_PARENT", tmp_path)
     (tmp_path / f"{slurm_cluster.MUNGE_PREFIX}abc").mkdir()
     (tmp_path / "old-run.conf").write_text(f"{HEADER}\n")
     system.symlink_to(tmp_path / "old-run.conf")
+    # The bystander stands for a live run's process, so it holds the real lock as that run
+    # would: else another session's start (conftest's repair_unless_busy) rightly ends it.
+    live = os.open(real_lock, os.O_RDWR | os.O_CREAT, 0o600)
+    with contextlib.suppress(BlockingIOError):  # held by a live run, which protects it as well
+        fcntl.flock(live, fcntl.LOCK_EX | fcntl.LOCK_NB)
     marked = [subprocess.Popen(["sleep", "60"], env={**os.environ, slurm_cluster.MARKER: cluster})
               for cluster in ("killed", "killed")]
     bystander = subprocess.Popen(["sleep", "60"], env={**os.environ, real_marker: "other"})
     try:
+        # Popen returns before a child's environ is readable: scan only once all three show it
+        assert sorted(slurm_cluster.wait_marked(2, "killed")) == sorted(p.pid for p in marked)
+        deadline = time.monotonic() + 30
+        while f"{real_marker}=other".encode() not in slurm_cluster.environ(bystander.pid):
+            assert time.monotonic() < deadline, "the bystander's marker did not show in /proc within 30 s"
+            time.sleep(0.02)
         held = os.open(tmp_path / "cluster.lock", os.O_RDWR | os.O_CREAT)
         fcntl.flock(held, fcntl.LOCK_EX)  # another run holds the lock: its cluster is alive
         assert slurm_cluster.repair_unless_busy() == [] and system.is_symlink()
@@ -276,6 +289,7 @@ def test_a_killed_runs_processes_and_files_are_removed_when_no_run_holds_the_loc
         for proc in (*marked, bystander):
             proc.kill()
             proc.wait()
+        os.close(live)
 
 
 @pytest.mark.workflow

@@ -121,6 +121,11 @@ def test_a_job_the_killed_run_left_running_stops_the_next_run(tmp_path):
     (fake / "__main__.py").write_text("import time\ntime.sleep(60)\n")
     job = subprocess.Popen([PYTHON, "-m", "lengthgen", "train"], cwd=workdir, env=venv_env(PYTHONPATH=str(fake.parent)))
     try:
+        # Popen returns before a child's cmdline is readable in /proc: start once the job shows
+        deadline = time.monotonic() + 30
+        while job.pid not in live_processes(workdir, is_job):
+            assert time.monotonic() < deadline, "the job's command line did not show in /proc within 30 s"
+            time.sleep(0.02)
         blocked = subprocess.run([PYTHON, "-m", "lengthgen.support.unlock", "snakemake", "--cores", "1"], cwd=workdir,
                                  env=venv_env(PYTHONPATH=str(REPO / "src")), capture_output=True, text=True)
     finally:
