@@ -721,9 +721,10 @@ def test_fit_is_judged_in_a_grid_without_e1():
 @pytest.mark.subprocess
 @pytest.mark.parametrize("run", ["results", "results-confirm"])
 def test_the_committed_scorecard_is_what_todays_claims_code_makes_of_the_committed_tables(tmp_path, run):
-    """The claims rule's own command (from a dry run), rerun on a copy of the committed tables:
-    the scorecard comes out byte for byte, so no edit of the statistics (scipy's tests in place
-    of hand-written ones, say) changes a committed number or verdict unnoticed."""
+    """The claims rule's own command (from a dry run with the run's recorded config), rerun on a
+    copy of the committed tables: the scorecard comes out byte for byte, so no edit of the
+    statistics (scipy's tests in place of hand-written ones, say) changes a committed number or
+    verdict unnoticed."""
     import shlex
     import shutil
     import subprocess
@@ -732,9 +733,10 @@ def test_the_committed_scorecard_is_what_todays_claims_code_makes_of_the_committ
 
     copy_workflow(tmp_path)
     shutil.copytree(REPO / run / "tables", tmp_path / run / "tables")
-    configfile = [] if run == "results" else ["--configfile", "config/confirm.yaml"]
-    plan = run_snakemake(tmp_path, "-n", "-p", "--cores", "1", *configfile, "--forcerun", "claims", "--until",
-                         "claims", timeout=120)
+    # judged with the run's own recorded config: the design that made its tables, and its rules
+    shutil.copy(REPO / run / "config.yaml", tmp_path / run / "config.yaml")
+    plan = run_snakemake(tmp_path, "-n", "-p", "--cores", "1", "--configfile", f"{run}/config.yaml", "--forcerun",
+                         "claims", "--until", "claims", timeout=120)
     command = next(line for line in plan.stdout.splitlines() if "python -m lengthgen claims" in line)
     argv = shlex.split(command.split(" 2> ")[0].removeprefix("Shell command: "))
     argv[argv.index("--csv") + 1], argv[argv.index("--md") + 1] = "claims.csv", "claims.md"
