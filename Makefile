@@ -70,10 +70,15 @@ report: $(VENV)/.installed  ## self-contained HTML report of the last run
 	$(CHECK)
 	$(SNAKEMAKE) --report $(RESULTS)/report.html
 
+# What moved since REV: claim words and scorecard rows first, a line per table, then the 50 largest
+# moves (ALL=1: every cell). `python -m lengthgen diff` exits 0 when nothing moved, 1 when something
+# did, 2 when it could not compare; make fails on both of the last two with its own status 2, and its
+# line `make: *** [Makefile:NN: diff] Error N` names which.
 REV ?= HEAD
 TOL ?= 0
-diff: $(VENV)/.installed  ## cells of the tables (<results_dir>/tables) that moved since REV by more than TOL
-	PYTHONPATH=src $(PY) -m lengthgen diff --rev $(REV) --tolerance $(TOL) --tables $(RESULTS)/tables
+ALL ?=
+diff: $(VENV)/.installed  ## what moved in the tables (<results_dir>/tables) since REV beyond TOL; fails if anything did
+	PYTHONPATH=src $(PY) -m lengthgen diff --rev $(REV) --tolerance $(TOL) --tables $(RESULTS)/tables $(if $(ALL),--all)
 
 $(VENV)/.bench-installed: $(VENV)/.installed benchmarks/requirements.txt
 	$(VENV)/bin/pip install --quiet -r benchmarks/requirements.txt

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import traceback
 from pathlib import Path
@@ -91,6 +92,40 @@ def copy_workflow(dst) -> Path:
             shutil.copytree(src, target, ignore=_IGNORE)
         else:
             shutil.copy2(src, target)
+    return dst
+
+
+def committed_results(dst, repo=REPO, rev: str = "HEAD") -> Path:
+    """Write every results directory of `repo` (its tracked top-level `results*/`) as committed
+    at `rev` into `dst`, figures aside; return `dst`. The tests of committed artifacts (the docs'
+    generated blocks, the README's verdict, the notebook's example, the committed scorecards)
+    read these, never the working tree's tables: `make run` on another CPU rewrites those, and
+    rounding may move their values and even a claim word. Outside a git checkout (an unpacked
+    archive) the files as shipped are the committed ones."""
+    dst, repo = Path(dst), Path(repo)
+    dst.mkdir(parents=True, exist_ok=True)
+
+    def git(*args) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True)
+
+    if git("rev-parse", "--is-inside-work-tree").returncode != 0:
+        for src in sorted(p for p in repo.glob("results*") if p.is_dir()):
+            for item in src.iterdir():  # a run's own files and its tables; not its runs or data
+                if item.is_file():
+                    (dst / src.name).mkdir(exist_ok=True)
+                    shutil.copy2(item, dst / src.name / item.name)
+                elif item.name == "tables":
+                    shutil.copytree(item, dst / src.name / "tables", dirs_exist_ok=True)
+        return dst
+    listed = git("ls-tree", "-z", "--name-only", rev)
+    if listed.returncode != 0:
+        raise RuntimeError(f"git ls-tree {rev}: {listed.stderr.decode(errors='replace').strip()}")
+    names = [n for n in listed.stdout.decode().split("\0") if n.startswith("results")]
+    archive = git("archive", "--format=tar", rev, "--", *names, ":(exclude,glob)*/figures/**")
+    if archive.returncode != 0:
+        raise RuntimeError(f"git archive {rev}: {archive.stderr.decode(errors='replace').strip()}")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(dst, filter="data")
     return dst
 
 
@@ -244,6 +279,13 @@ def short_tmp():
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session", name="committed_results")
+def committed_results_fixture(tmp_path_factory) -> Path:
+    """A directory holding `results/`, `results-confirm/` and `results-scale/` as committed at
+    HEAD (tables, config.yaml, provenance.json; no figures): see committed_results above."""
+    return committed_results(tmp_path_factory.mktemp("committed"))
 
 
 @pytest.fixture(scope="session")

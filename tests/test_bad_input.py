@@ -347,17 +347,22 @@ def test_score_with_a_token_stream_of_another_tokenizer(tmp_path):
 
 # -- tables that are empty, another table, or another configuration's --------------------
 
-TABLES = Path(__file__).resolve().parents[1] / "results/tables"  # the default's committed tables
 SMOKE_SPARSE = ["smoke_k1", "smoke_k2"]
 
 
-def _bad_table(tmp_path, case: str) -> tuple[Path, str]:
+@pytest.fixture
+def tables(committed_results) -> Path:
+    """The default's tables as committed (the working tree's may be another CPU's run)."""
+    return committed_results / "results/tables"
+
+
+def _bad_table(tmp_path, tables: Path, case: str) -> tuple[Path, str]:
     """(a table a stage is given by mistake, the words its error line must hold)."""
     if case == "another_configuration":  # the default's sweep, read for the smoke grid's tasks
-        return TABLES / "length_sweep.csv", "no rows of task(s) smoke_k1, smoke_k2"
+        return tables / "length_sweep.csv", "no rows of task(s) smoke_k1, smoke_k2"
     path = tmp_path / "length_sweep.csv"
-    text = {"empty": "", "header_only": (TABLES / "length_sweep.csv").read_text().splitlines()[0] + "\n",
-            "claims_table": (TABLES / "claims.csv").read_text()}[case]
+    text = {"empty": "", "header_only": (tables / "length_sweep.csv").read_text().splitlines()[0] + "\n",
+            "claims_table": (tables / "claims.csv").read_text()}[case]
     path.write_text(text)
     return path, {"empty": "empty file", "header_only": "without rows", "claims_table": "no column(s) task"}[case]
 
@@ -375,8 +380,8 @@ BAD_TABLES = ["empty", "header_only", "claims_table", "another_configuration"]
 
 @pytest.mark.parametrize("case", BAD_TABLES)
 @pytest.mark.parametrize("kind", ["sparse_parity", "coupling"])
-def test_figure_of_a_bad_table(tmp_path, case, kind):
-    table, needle = _bad_table(tmp_path, case)
+def test_figure_of_a_bad_table(tmp_path, tables, case, kind):
+    table, needle = _bad_table(tmp_path, tables, case)
     out = tmp_path / "figure.png"
     proc = run_lengthgen("figure", "--kind", kind, "--sweep-csv", table, "--tasks", *SMOKE_SPARSE,
                          "--train-max", *(["10"] * (2 if kind == "coupling" else 1)), "--out", out, cwd=tmp_path)
@@ -386,8 +391,8 @@ def test_figure_of_a_bad_table(tmp_path, case, kind):
 
 
 @pytest.mark.parametrize("case", BAD_TABLES)
-def test_claims_of_a_bad_table(tmp_path, schema, case):
-    table, needle = _bad_table(tmp_path, case)
+def test_claims_of_a_bad_table(tmp_path, tables, schema, case):
+    table, needle = _bad_table(tmp_path, tables, case)
     csv, md = tmp_path / "claims.csv", tmp_path / "claims.md"
     proc = run_lengthgen("claims", "--sweep-csv", table, "--sparse-tasks", *SMOKE_SPARSE, "--train-max", "10",
                          "--config", _claims_config(schema), "--csv", csv, "--md", md, cwd=tmp_path)
@@ -396,9 +401,9 @@ def test_claims_of_a_bad_table(tmp_path, schema, case):
     assert not csv.exists() and not md.exists() and not temp_files(tmp_path)
 
 
-def test_figure_and_claims_of_their_own_table(tmp_path, schema):
+def test_figure_and_claims_of_their_own_table(tmp_path, tables, schema):
     """The control: the same commands on the default's own table and tasks succeed."""
-    sweep, out = TABLES / "length_sweep.csv", tmp_path / "figure.png"
+    sweep, out = tables / "length_sweep.csv", tmp_path / "figure.png"
     sparse = ["sparse_parity"]
     proc = run_lengthgen("figure", "--sweep-csv", sweep, "--tasks", *sparse, "--train-max", "12", "--out", out,
                          cwd=tmp_path)

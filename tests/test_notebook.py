@@ -1,10 +1,10 @@
 """The notebook entry points: lengthgen.load_sweep reproduces the summary table's numbers from the
-committed results; lengthgen.load_model is tested on a smoke run in test_workflow.py."""
+committed results (as committed at HEAD: conftest.committed_results); lengthgen.load_model is
+tested on a smoke run in test_workflow.py."""
 
 from __future__ import annotations
 
 import pytest
-from conftest import REPO
 
 import lengthgen
 
@@ -23,14 +23,14 @@ def summary_cell(summary_md, task: str, row: list[str], column: str) -> str:
 
 @pytest.mark.parametrize(("task", "scheme", "length", "k"), [("scratchpad_parity", "pc", 32, None),
                                                              ("sparse_parity", "rope", 96, 3)])
-def test_load_sweep_reproduces_the_committed_summary(task, scheme, length, k):
+def test_load_sweep_reproduces_the_committed_summary(committed_results, task, scheme, length, k):
     """The README's example: a summary cell is the mean ± std over seeds of load_sweep's rows."""
-    sweep = lengthgen.load_sweep(REPO / "results")
+    sweep = lengthgen.load_sweep(committed_results / "results")
     cell = sweep.query(f"task == '{task}' and scheme == '{scheme}' and length == {length}")
     cell = cell if k is None else cell[cell["k"] == k]
     assert cell["seed"].nunique() == len(cell) > 1
     key = [scheme] if task == "scratchpad_parity" else [scheme, str(int(cell["k"].iloc[0]))]
-    expected = summary_cell(REPO / "results/tables/summary.md", task, key, f"n={length}")
+    expected = summary_cell(committed_results / "results/tables/summary.md", task, key, f"n={length}")
     assert expected.startswith(f"{cell.accuracy.mean():.3f} ± {cell.accuracy.std():.3f} [")
 
 

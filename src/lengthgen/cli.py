@@ -195,7 +195,7 @@ def cmd_language_scores(a) -> None:
 def cmd_diff(a) -> int:
     from lengthgen.analysis import diff
 
-    return diff.diff_tables(a.rev, a.tables, a.tolerance)
+    return diff.diff_tables(a.rev, a.tables, a.tolerance, limit=None if a.all else diff.SHOWN)
 
 
 def cmd_replicate(a) -> int:
@@ -252,7 +252,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lengthgen", description=first_paragraph)
     sub = p.add_subparsers(dest="stage", required=True)
     for command in commands.COMMANDS:
-        s = sub.add_parser(command.name, help=command.help)
+        s = sub.add_parser(command.name, help=command.help, description=command.help)
         for flags, options in command.args:
             s.add_argument(*flags, **options)
         s.set_defaults(func=globals()[f"cmd_{command.name.replace('-', '_')}"])

@@ -227,9 +227,11 @@ COMMANDS = (
             arg("--expect", type=_lm_identity, help="the long model's identity (language/long@config)"),
             TOKENIZER, TOKENS, OUT),
     # the tools beside the pipeline, run by hand or by make
-    command("diff", "cells of results/tables that moved since a commit (exit 1 if any)",
+    command("diff", "what of results/tables moved since a commit: claim words and scorecard rows, a line per "
+                    "table, then the cells (exit status 0: nothing moved, 1: something moved, 2: could not compare)",
             _path("--rev", "git revision to compare with, e.g. HEAD~1"), arg("--tables", default="results/tables"),
-            arg("--tolerance", type=float, default=0.0, help="absolute change that counts as a move")),
+            arg("--tolerance", type=float, default=0.0, help="absolute change that counts as a move"),
+            arg("--all", action="store_true", help="print every moved cell (default: the 50 largest moves)")),
     command("replicate", "two runs' scorecards side by side (exit 1 if a verdict differs)",
             arg("--main", default="results/tables/claims.csv"), _path("--other", "the other run's claims.csv"),
             _path("--out", "markdown report"), arg("--names", nargs=2, default=["default", "replicate"])),

@@ -677,22 +677,20 @@ def test_power_of_mixture_models_draws_whole_models():
     assert power.power(points, 6, CLAIMS_CFG, n_sim=20, n_perm=500) >= 0.9
 
 
-def test_power_draws_from_the_points_the_scorecard_tests():
+def test_power_draws_from_the_points_the_scorecard_tests(committed_results):
     """On the committed runs: as many points per scheme as the scorecard's claim-1 row counts,
     and the two runs pooled hold both runs' points."""
-    from conftest import REPO
-
     from lengthgen.analysis import power
 
     counts = []
     for run in ("results", "results-confirm"):
-        points, cfg = power.observed_points([REPO / run])
-        scorecard = pd.read_csv(REPO / run / "tables/claims.csv")
+        points, cfg = power.observed_points([committed_results / run])
+        scorecard = pd.read_csv(committed_results / run / "tables/claims.csv")
         trend = scorecard[scorecard["check"].str.contains("falls with k") & (scorecard["result"] != "descriptive")]
         n = {row.check.split(":")[0]: row.n for row in trend.itertuples()}
         assert points.groupby("scheme").size().to_dict() == n and cfg["stats"]["alpha"] == 0.01
         counts.append(len(points))
-    both, _ = power.observed_points([REPO / "results", REPO / "results-confirm"])
+    both, _ = power.observed_points([committed_results / "results", committed_results / "results-confirm"])
     assert len(both) == sum(counts)
 
 
@@ -720,7 +718,8 @@ def test_fit_is_judged_in_a_grid_without_e1():
 @pytest.mark.workflow
 @pytest.mark.subprocess
 @pytest.mark.parametrize("run", ["results", "results-confirm"])
-def test_the_committed_scorecard_is_what_todays_claims_code_makes_of_the_committed_tables(tmp_path, run):
+def test_the_committed_scorecard_is_what_todays_claims_code_makes_of_the_committed_tables(tmp_path, committed_results,
+                                                                                          run):
     """The claims rule's own command (from a dry run with the run's recorded config), rerun on a
     copy of the committed tables: the scorecard comes out byte for byte, so no edit of the
     statistics (scipy's tests in place of hand-written ones, say) changes a committed number or
@@ -729,12 +728,12 @@ def test_the_committed_scorecard_is_what_todays_claims_code_makes_of_the_committ
     import shutil
     import subprocess
 
-    from conftest import REPO, copy_workflow, run_snakemake, venv_env
+    from conftest import copy_workflow, run_snakemake, venv_env
 
     copy_workflow(tmp_path)
-    shutil.copytree(REPO / run / "tables", tmp_path / run / "tables")
+    shutil.copytree(committed_results / run / "tables", tmp_path / run / "tables")
     # judged with the run's own recorded config: the design that made its tables, and its rules
-    shutil.copy(REPO / run / "config.yaml", tmp_path / run / "config.yaml")
+    shutil.copy(committed_results / run / "config.yaml", tmp_path / run / "config.yaml")
     plan = run_snakemake(tmp_path, "-n", "-p", "--cores", "1", "--configfile", f"{run}/config.yaml", "--forcerun",
                          "claims", "--until", "claims", timeout=120)
     command = next(line for line in plan.stdout.splitlines() if "python -m lengthgen claims" in line)
@@ -743,8 +742,8 @@ def test_the_committed_scorecard_is_what_todays_claims_code_makes_of_the_committ
     done = subprocess.run(argv, cwd=tmp_path, env=venv_env(PYTHONPATH=str(tmp_path / "src")), text=True,
                           capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    committed = REPO / run / "tables"
-    if _same_libraries(REPO / run / "provenance.json"):
+    committed = committed_results / run / "tables"
+    if _same_libraries(committed_results / run / "provenance.json"):
         assert (tmp_path / "claims.csv").read_text() == (committed / "claims.csv").read_text()
         assert (tmp_path / "claims.md").read_text() == (committed / "claims.md").read_text()
         return

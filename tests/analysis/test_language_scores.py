@@ -13,8 +13,6 @@ from lengthgen.analysis import language_scores as scores
 from lengthgen.analysis.claims import language_checks
 from lengthgen.support.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _pair(path: Path, seed: int, n: int = 6) -> pd.DataFrame:
     """A pair's score table as influence.score writes it: screened rows, some scored."""
@@ -49,14 +47,15 @@ def test_a_pairs_table_of_another_seed_stops_in_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("results", ["results", "results-confirm"])
-def test_committed_claim_3_rows_recompute_from_the_committed_scores(results):
+def test_committed_claim_3_rows_recompute_from_the_committed_scores(committed_results, results):
     """The committed scorecard's claim-3 rows, recomputed from the committed per-token table
     with the run's own claims config (its config.yaml): a table or scorecard edited, regenerated
     apart, or missing fails here."""
-    tables = ROOT / results / "tables"
-    for path in (tables / "language_scores.csv", tables / "claims.csv", ROOT / results / "config.yaml"):
-        assert path.exists(), f"{path.relative_to(ROOT)}: not committed; run the workflow and commit its tables"
-    cfg = yaml.safe_load((ROOT / results / "config.yaml").read_text())["claims"]
+    tables = committed_results / results / "tables"
+    for path in (tables / "language_scores.csv", tables / "claims.csv", committed_results / results / "config.yaml"):
+        assert path.exists(), (f"{path.relative_to(committed_results)}: not committed; run the workflow and commit "
+                               "its tables")
+    cfg = yaml.safe_load((committed_results / results / "config.yaml").read_text())["claims"]
     rows = pd.DataFrame(language_checks(scores.read(tables / "language_scores.csv"), cfg["language"], cfg["stats"]))
     committed = pd.read_csv(tables / "claims.csv", keep_default_na=False)
     committed = committed[committed["claim"] == "3 language"].reset_index(drop=True)

@@ -1,5 +1,7 @@
 """The numbers the docs quote from a run are generated from its committed tables: every
-generated block in README.md and docs/ is what its generator makes of them now."""
+generated block in README.md and docs/ is what its generator makes of them now. The tables are
+read as committed at HEAD (conftest.committed_results): `make run` on another CPU rewrites the
+working tree's by rounding, and the committed docs still quote the committed run."""
 
 import pytest
 
@@ -11,9 +13,10 @@ DOCS = ["docs/results.md", "docs/protocol.md", "docs/performance.md", "docs/desi
 
 
 @pytest.mark.parametrize("name", DOCS)
-def test_generated_blocks_match_the_committed_tables(repo, name):
+def test_generated_blocks_match_the_committed_tables(repo, committed_results, name):
     text = (repo / name).read_text()
-    assert docblocks.render(text, repo) == text, f"{name}: run python -m lengthgen.reporting.docblocks {name}"
+    assert docblocks.render(text, committed_results) == text, (
+        f"{name}: run python -m lengthgen.reporting.docblocks {name} and commit the tables with it")
 
 
 def test_results_md_quotes_the_default_and_the_confirmatory_run_from_blocks(repo):
@@ -25,10 +28,10 @@ def test_results_md_quotes_the_default_and_the_confirmatory_run_from_blocks(repo
         ("needle", "results-scale")}
 
 
-def test_a_block_is_rewritten_and_an_unknown_one_is_named(repo, tmp_path):
+def test_a_block_is_rewritten_and_an_unknown_one_is_named(committed_results):
     stale = "before\n<!-- generated: claim-words results -->\nold\n<!-- end generated -->\nafter\n"
-    fresh = docblocks.render(stale, repo)
+    fresh = docblocks.render(stale, committed_results)
     assert fresh.startswith("before\n<!-- generated: claim-words results -->\n- claim 1 sparsity: ")
     assert fresh.endswith("<!-- end generated -->\nafter\n") and "old" not in fresh
     with pytest.raises(UserError, match="generated block 'nope': unknown"):
-        docblocks.render("<!-- generated: nope results -->\n<!-- end generated -->", repo)
+        docblocks.render("<!-- generated: nope results -->\n<!-- end generated -->", committed_results)
