@@ -357,8 +357,9 @@ def test_paper_grid_is_valid_and_plans_over_a_thousand_jobs(tmp_path):
 
 
 def test_default_plans_the_longest_training_cells_first(tmp_path):
-    """In the default's plan, every E2 training (4,000 steps) outranks every E3 one, which
-    outranks every E1 one, and all stay below E4's chain (priority 1): priorities order by cost."""
+    """In the default's plan, every E3 training (8,000 steps) outranks every E2 one (4,000),
+    which outranks every E1 one, and all stay below E4's chain (priority 1): priorities order by
+    cost."""
     done = run_snakemake(tmp_path, "-n", "--forceall", "-c2")
     assert done.returncode == 0, done.stderr[-2000:]
     jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    wildcards: (.*)\n(?:    .*\n)*?    priority: ([\d.]+)",
@@ -369,7 +370,7 @@ def test_default_plans_the_longest_training_cells_first(tmp_path):
             task = re.sub(r"_k\d$", "", re.search(r"task=(\w+)", wildcards).group(1))  # E1's tasks as one
             train.setdefault(task, set()).add(float(priority))
     e1, e2, e3 = train["sparse_parity"], train["scratchpad_parity"], train["variable_assignment"]
-    assert min(e2) > max(e3) and min(e3) > max(e1) and max(e2) < 1, train
+    assert min(e3) > max(e2) and min(e2) > max(e1) and max(e3) < 1, train
 
 
 def test_load_model_gives_the_trained_cell_that_scored_the_sweep(smoke_run):
