@@ -5,8 +5,9 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 CORES ?= all
 # CONFIG=config/smoke.yaml runs (and reports, diffs, cleans) that configuration instead of config.yaml.
 CONFIG ?=
-# Its results directory: the file's top-level results_dir, else the default's (results).
-RESULTS ?= $(or $(shell sed -n 's/^results_dir: *\([^ #]*\).*/\1/p' $(or $(CONFIG),config.yaml) 2>/dev/null),results)
+# Its results directory: the file's top-level results_dir, else results-<its name> (where the
+# workflow puts a variant that sets none), else the default's (results).
+RESULTS ?= $(or $(shell sed -n 's/^results_dir: *\([^ #]*\).*/\1/p' $(or $(CONFIG),config.yaml) 2>/dev/null),$(if $(CONFIG),results-$(basename $(notdir $(CONFIG))),results))
 SNAKEMAKE := snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG))  # profiles/default is picked up by itself
 # The runs that write results: a lock left by a killed run is removed first (lengthgen.support.unlock).
 # exec: the shell gives way to it, so that make's SIGTERM reaches it and make waits for its shutdown.
@@ -64,6 +65,7 @@ confirm: $(VENV)/.installed  ## the confirmatory grid (fresh seeds and data, pow
 	PYTHONPATH=src $(PY) -m lengthgen power --results results-confirm --split-half results-confirm/tables/split_half.md
 	PYTHONPATH=src $(PY) -m lengthgen replicate --main results/tables/claims.csv --names exploratory confirmatory \
 		--other results-confirm/tables/claims.csv --out results-confirm/tables/replication.md || true
+	PYTHONPATH=src $(PY) -m lengthgen record --results results-confirm  # the two tables above, in the run's record
 	@cat results-confirm/tables/claims.md
 
 report: $(VENV)/.installed  ## self-contained HTML report of the last run

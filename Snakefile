@@ -42,17 +42,12 @@ onsuccess:
 
 onerror:
     stop_warm()
+    explain_failure()
 
 
 rule all:
     default_target: True
     input:
-        results("tables/length_sweep.csv"),
-        results("tables/summary.md"),
-        results("tables/claims.md"),
-        results("provenance.json"),
-        results("tables/claims.html"),
-        layout.language_tables(CONFIG),
-        layout.attention_outputs(CONFIG),
-        expand(results("figures/{figure}.png"), figure=plan.figures(CONFIG)),
+        finished_outputs(),
+        results("checksums.json"),
         missing_intermediates(),

@@ -142,35 +142,38 @@ def test_each_model_seed_trains_on_its_own_draw_and_a_shared_test_needs_a_shared
         config.validate({**given, "test_sets": "shared"}, schema)
 
 
-@pytest.mark.parametrize(("text", "overrides", "noted"), [
-    ("seeds: [7]\n", (), True),
-    ("seeds: [7]\nresults_dir: results-mine\n", (), False),
-    ("seeds: [7]\n", ("results_dir",), False),
-    ("warm_start: false\n", (), False),  # changes no output: the default's results are its own
+@pytest.mark.parametrize(("text", "overrides", "results_dir"), [
+    ("seeds: [7]\n", (), "results-mine"),
+    ("seeds: [7]\nresults_dir: results-x\n", (), "results-x"),
+    ("seeds: [7]\n", ("results_dir",), "results"),  # --config results_dir=... is applied by the loader
+    ("warm_start: false\n", (), "results"),  # changes no output: the default's results are its own
 ])
-def test_a_variant_without_its_own_results_dir_is_told_it_writes_the_defaults(repo, schema, tmp_path, text,
-                                                                            overrides, noted):
+def test_a_variant_without_its_own_results_dir_writes_results_of_its_name(repo, schema, tmp_path, text,
+                                                                          overrides, results_dir):
     variant = tmp_path / "mine.yaml"
     variant.write_text(text)
     given = config.load_yaml(variant)
     effective = config.load_run_config(repo, given, [variant], schema, overrides=overrides)
-    note = config.default_results_note(repo, effective, [variant], schema, overrides=overrides)
-    if noted:
-        assert note == (f"lengthgen: note: {variant} sets no results_dir, so this run writes results/ over the "
-                        "default configuration's (committed) tables; give it results_dir: results-mine to keep "
-                        "them apart")
+    moved, note = config.variant_results_dir(repo, effective, [variant], schema, overrides=overrides)
+    assert moved["results_dir"] == results_dir
+    assert {**moved, "results_dir": None} == {**effective, "results_dir": None}
+    if results_dir == "results-mine":
+        assert note == (f"lengthgen: note: {variant} sets no results_dir: this run writes results-mine/, not the "
+                        "default configuration's results/ (set results_dir to choose another)")
     else:
         assert note is None
 
 
 @pytest.mark.workflow
-def test_the_note_comes_before_the_run(workflow_copy):
+def test_the_note_comes_before_the_run_and_the_default_tables_are_left_alone(workflow_copy):
     (workflow_copy / "mine.yaml").write_text("seeds: [7]\n")
     done = run_snakemake(workflow_copy, "-n", "-c1", "--configfile", "mine.yaml")
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stderr.splitlines()
     [note] = [i for i, line in enumerate(lines) if line.startswith("lengthgen: note: mine.yaml sets no results_dir")]
     assert not any(line.startswith(("rule ", "localrule ", "Job stats")) for line in lines[:note])
+    planned = done.stdout + done.stderr
+    assert "results-mine/tables/claims.md" in planned and " results/tables/" not in planned
 
 
 def test_stack_blocks_group_each_tasks_seeds_and_are_empty_when_nothing_is_stacked():

@@ -343,6 +343,15 @@ def test_a_full_disk_before_the_run_is_named_in_one_line(tmp_path, monkeypatch):
         fileio.check_free_space(tmp_path / "results")
 
 
+def test_a_disk_full_after_a_failed_run_is_named_and_one_with_room_is_not(tmp_path, monkeypatch):
+    usage = shutil.disk_usage(tmp_path)
+    assert fileio.full_disk(tmp_path / "results") is None
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=0))
+    assert fileio.full_disk(tmp_path / "results") == (
+        f"{tmp_path / 'results'}: the disk filled during the run (0 bytes free on its file system): the jobs that "
+        "failed could not write their outputs or logs; free some space and rerun the same command")
+
+
 def test_a_read_only_results_folder_is_named_with_what_to_do(tmp_path, monkeypatch):
     root = tmp_path / "results-smoke"
     (root / "tables").mkdir(parents=True)

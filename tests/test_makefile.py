@@ -43,3 +43,14 @@ def test_targets_follow_the_configuration_and_its_results_dir(repo, config, resu
     assert f"rm -rf {results}/data {results}/runs" in dry and f"cat {results}/tables/claims.md" in dry
     others = {"results", "results-smoke", "results-paper"} - {results}
     assert not any(re.search(rf"(^|[ /]){o}/", dry, flags=re.M) for o in others), dry
+
+
+@pytest.mark.subprocess
+def test_a_configuration_without_results_dir_is_followed_to_results_of_its_name(repo, tmp_path):
+    """The workflow writes such a variant under results-<its name> (config.variant_results_dir)."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("seeds: [7]\n")
+    dry = subprocess.run(["make", "-n", "report", "diff", "clean", f"CONFIG={mine}"], cwd=repo, capture_output=True,
+                         text=True).stdout
+    assert "--report results-mine/report.html" in dry and "--tables results-mine/tables" in dry
+    assert "rm -rf results-mine/data" in dry and not re.search(r"(^|[ /])results/", dry, flags=re.M), dry

@@ -31,7 +31,7 @@ def test_readme_verdict_is_the_committed_scorecard(repo, committed_results):
     assert block, "README lacks the verdict block"
     assert block.group(1) == verdict_table(_claims(committed_results)), (
         "README's verdict table is stale; regenerate it with "
-        "`PYTHONPATH=src python -m lengthgen.analysis.verdict results-confirm/tables/claims.csv --readme README.md`")
+        "`PYTHONPATH=src python -m lengthgen verdict results-confirm/tables/claims.csv --readme README.md`")
 
 
 def test_verdict_counts_every_result_a_scorecard_holds():

@@ -4,6 +4,7 @@ training and what follows but not data; a figure edit reruns only the figure."""
 
 import ast
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -308,21 +309,88 @@ def test_ctrl_c_ends_in_one_line_and_a_rerun_gives_a_clean_run_s_tables(smoke_ru
     shutil.rmtree(tmp_path / SMOKE_RESULTS)
 
 
-def test_a_corrupt_table_is_removed_and_the_rerun_rebuilds_it_and_its_scorecard(smoke_run):
-    """Garbage in the sweep table: the run ends in one line saying it was removed, no page of the
-    scorecard is left (claims.html included), and rerunning the same command rebuilds every
-    table, byte for byte."""
+def test_the_run_records_every_table_and_figure_it_wrote(smoke_run):
+    results = smoke_run / SMOKE_RESULTS
+    recorded = json.loads((results / "checksums.json").read_text())["sha256"]
+    on_disk = sorted(p.relative_to(results).as_posix() for d in ("tables", "figures") for p in (results / d).iterdir())
+    assert sorted(recorded) == on_disk and "tables/claims.csv" in on_disk and "figures/sparse_parity.png" in on_disk
+
+
+def _first_accuracy_edited(sweep: bytes) -> bytes:
+    """The sweep table with its first row's accuracy changed by hand."""
+    lines = sweep.split(b"\n")
+    cells, col = lines[1].split(b","), lines[0].split(b",").index(b"accuracy")
+    cells[col] = b"0.1234" if cells[col] != b"0.1234" else b"0.4321"
+    return b"\n".join([lines[0], b",".join(cells), *lines[2:]])
+
+
+@pytest.mark.parametrize("damage", ["garbled sweep", "sweep cell edited", "scorecard cut at a line", "summary cut"])
+def test_a_table_damaged_since_the_run_is_named_removed_and_rebuilt_by_one_rerun(smoke_run, damage):
+    """Damage that reading catches (bytes that are no UTF-8) and damage it cannot (a valid CSV cut
+    at a line break, a cell edited by hand): the rerun names the file in one line before any job
+    starts, rebuilds it and what was made from it, and ends with every table as before, byte for
+    byte. A dry run first plans that rebuild."""
     tables = smoke_run / SMOKE_RESULTS / "tables"
     before = {p.name: p.read_bytes() for p in tables.iterdir()}
-    (tables / "length_sweep.csv").write_bytes(b"\x89garbage\x00\n" * 8)
-    done = run_snakemake(smoke_run, "-c1", *SMOKE)
-    assert done.returncode != 0
-    assert "length_sweep.csv: line 1: not UTF-8 text" in done.stderr and "removed it" in done.stderr
-    assert not {"length_sweep.csv", "claims.csv", "claims.md", "claims.html", "summary.html"} & {
-        p.name for p in tables.iterdir()}
+    name, raw = {
+        "garbled sweep": ("length_sweep.csv", b"\x89garbage\x00\n" * 8),
+        "sweep cell edited": ("length_sweep.csv", _first_accuracy_edited(before["length_sweep.csv"])),
+        "scorecard cut at a line": ("claims.csv", before["claims.csv"][: before["claims.csv"].index(b"\n", 150) + 1]),
+        "summary cut": ("summary.md", before["summary.md"][:150]),
+    }[damage]
+    assert raw != before[name]
+    (tables / name).write_bytes(raw)
+    line = (f"lengthgen: {SMOKE_RESULTS}/tables/{name}: does not match its record ({SMOKE_RESULTS}/checksums.json): "
+            "removed")
+    assert ("claims", "") in planned_jobs(smoke_run)  # the dry run removed it, and plans its rebuild
+    assert not (tables / name).exists()
+    (tables / name).write_bytes(raw)
     done = run_snakemake(smoke_run, "-c1", *SMOKE)
     assert done.returncode == 0, done.stderr[-3000:]
+    named = [ln for ln in done.stderr.splitlines() if "does not match its record" in ln]
+    assert len(named) == 1 and named[0].startswith(line)
     assert {p.name: p.read_bytes() for p in tables.iterdir()} == before
+
+
+def test_the_report_refuses_a_damaged_table_in_one_line_and_keeps_it(smoke_run):
+    claims = smoke_run / SMOKE_RESULTS / "tables/claims.csv"
+    good = claims.read_bytes()
+    try:
+        claims.write_bytes(good[:300])
+        done = run_snakemake(smoke_run, *SMOKE, "--report", "damaged.html")
+        assert done.returncode != 0 and not (smoke_run / "damaged.html").exists()
+        assert done.stderr.splitlines()[-1].startswith(
+            f"lengthgen: error: {SMOKE_RESULTS}/tables/claims.csv: does not match its record")
+        assert claims.read_bytes() == good[:300]
+    finally:
+        claims.write_bytes(good)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small file system for the run needs root")
+def test_a_disk_that_fills_during_the_run_is_named_in_one_line(tmp_path):
+    """The results folder on a 64 MiB file system that fills once the first jobs have started:
+    the failed jobs' logs may come out empty, and the run ends with a line naming the disk."""
+    copy_workflow(tmp_path)
+    disk = tmp_path / "results-full"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], check=True)
+    try:
+        run = subprocess.Popen([str(VENV_BIN / "snakemake"), "-c1", *SMOKE, "--config", "results_dir=results-full"],
+                               cwd=tmp_path, env=venv_env(), text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 300
+        while not (disk / "runs").exists() and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.2)
+        assert (disk / "runs").exists(), "the run started training"
+        (disk / "filler").write_bytes(b"\0" * (shutil.disk_usage(disk).free - 64 * 1024))
+        _, stderr = run.communicate(timeout=600)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+    assert run.returncode != 0
+    named = [line for line in stderr.splitlines() if "the disk filled during the run" in line]
+    assert len(named) == 1, stderr[-3000:]
+    assert named[0].startswith("lengthgen: error: results-full: the disk filled during the run (")
+    assert named[0].endswith("free some space and rerun the same command")
 
 
 def test_report_holds_every_figure_and_table_with_captions(smoke_run):
@@ -357,20 +425,21 @@ def test_paper_grid_is_valid_and_plans_over_a_thousand_jobs(tmp_path):
 
 
 def test_default_plans_the_longest_training_cells_first(tmp_path):
-    """In the default's plan, every E3 training (8,000 steps) outranks every E2 one (4,000),
+    """In the default's plan, every E3 training (8,000 steps) and its data outrank every E2 one (4,000),
     which outranks every E1 one, and all stay below E4's chain (priority 1): priorities order by
     cost."""
     done = run_snakemake(tmp_path, "-n", "--forceall", "-c2")
     assert done.returncode == 0, done.stderr[-2000:]
     jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    wildcards: (.*)\n(?:    .*\n)*?    priority: ([\d.]+)",
                       done.stdout + done.stderr, re.M)
-    train = {}
+    train, data = {}, {}
     for rule, wildcards, priority in jobs:
-        if rule == "train":
+        if rule in ("train", "generate_dataset"):
             task = re.sub(r"_k\d$", "", re.search(r"task=(\w+)", wildcards).group(1))  # E1's tasks as one
-            train.setdefault(task, set()).add(float(priority))
+            (train if rule == "train" else data).setdefault(task, set()).add(float(priority))
     e1, e2, e3 = train["sparse_parity"], train["scratchpad_parity"], train["variable_assignment"]
     assert min(e3) > max(e2) and min(e2) > max(e1) and max(e3) < 1, train
+    assert data == train, "a cell's data is made at its training's priority, not after every cheaper training"
 
 
 def test_load_model_gives_the_trained_cell_that_scored_the_sweep(smoke_run):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from pathlib import Path
 
 from lengthgen import commands
 from lengthgen.support.errors import UserError
@@ -195,7 +196,33 @@ def cmd_language_scores(a) -> None:
 def cmd_diff(a) -> int:
     from lengthgen.analysis import diff
 
+    _refuse_damaged(a.tables)  # a damaged table would be read as cells that moved
     return diff.diff_tables(a.rev, a.tables, a.tolerance, limit=None if a.all else diff.SHOWN)
+
+
+def _refuse_damaged(path: str) -> None:
+    """The tools that read a finished run refuse a table (or a folder's tables) that fails the
+    run's record (lengthgen.support.record), in one line. A helper, not in the tools' own
+    functions, so that an edit of a tool leaves the record stage's digest alone."""
+    from lengthgen.support import record
+
+    if Path(path).is_dir():
+        record.check_tables(path)
+    else:
+        record.check(path)
+
+
+def cmd_record(a) -> None:
+    from lengthgen.support import record
+
+    print(f"recorded: {record.write(a.results)}")
+
+
+def cmd_verdict(a) -> int:
+    from lengthgen.analysis import verdict
+
+    _refuse_damaged(a.claims)  # a valid but cut scorecard would rewrite the README's verdict wrong
+    return verdict.main([a.claims] + (["--readme", a.readme] if a.readme else []))
 
 
 def cmd_replicate(a) -> int:

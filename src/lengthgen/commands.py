@@ -232,6 +232,12 @@ COMMANDS = (
             _path("--rev", "git revision to compare with, e.g. HEAD~1"), arg("--tables", default="results/tables"),
             arg("--tolerance", type=float, default=0.0, help="absolute change that counts as a move"),
             arg("--all", action="store_true", help="print every moved cell (default: the 50 largest moves)")),
+    command("record", "record the SHA-256 of every table and figure of a run (<results>/checksums.json)",
+            arg("--results", default="results", help="the run's results directory")),
+    command("verdict", "the claims' words from a scorecard, or (--readme) the README's verdict block rewritten "
+                       "from it; a scorecard that fails its run's record is refused",
+            arg("claims", nargs="?", default="results/tables/claims.csv", help="the scorecard (claims.csv)"),
+            arg("--readme", help="rewrite this README's verdict block instead of printing the table")),
     command("replicate", "two runs' scorecards side by side (exit 1 if a verdict differs)",
             arg("--main", default="results/tables/claims.csv"), _path("--other", "the other run's claims.csv"),
             _path("--out", "markdown report"), arg("--names", nargs=2, default=["default", "replicate"])),

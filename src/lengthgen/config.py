@@ -202,21 +202,23 @@ def load_run_config(basedir, given: dict, configfiles, schema: dict, overrides=(
 NO_OUTPUT_KEYS = ("warm_start", "gpu_jobs")
 
 
-def default_results_note(basedir, config: dict, configfiles, schema: dict, overrides=()) -> str | None:
-    """One line for a run whose --configfile changes what the default configuration computes but
-    sets no results_dir (nor --config does): it writes the default's results/ directory, whose
-    tables are committed; None for any other run."""
+def variant_results_dir(basedir, config: dict, configfiles, schema: dict, overrides=()) -> tuple[dict, str | None]:
+    """The run's config, and a line for the user when it moved. A --configfile that changes what
+    the default configuration computes but sets no results_dir (nor does --config) would write
+    the default's results/, whose tables are committed: it writes results-<its file's stem>/
+    instead (the last file's, as for its other keys). Any other run keeps its config."""
     files = [Path(f) for f in configfiles]
     if not files or "results_dir" in overrides or any("results_dir" in load_yaml(f) for f in files):
-        return None
+        return config, None
     default = validate(load_yaml(Path(basedir) / "config.yaml"), schema)
     if {k: v for k, v in config.items() if k not in NO_OUTPUT_KEYS} == {
             k: v for k, v in default.items() if k not in NO_OUTPUT_KEYS}:
-        return None
+        return config, None
+    own = f"results-{files[-1].stem}"
     shown = [f.relative_to(Path.cwd()) if f.is_relative_to(Path.cwd()) else f for f in files]
-    return (f"lengthgen: note: {', '.join(map(str, shown))} sets no results_dir, so this run writes "
-            f"{config['results_dir']}/ over the default configuration's (committed) tables; give it "
-            f"results_dir: results-{files[-1].stem} to keep them apart")
+    return {**config, "results_dir": own}, (
+        f"lengthgen: note: {', '.join(map(str, shown))} sets no results_dir: this run writes {own}/, not the "
+        f"default configuration's {config['results_dir']}/ (set results_dir to choose another)")
 
 
 def check_files(paths: list[str]) -> None:

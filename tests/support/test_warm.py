@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import PYTHON, REPO, make_cell, sparse_parity_task, venv_env, write_dataset
@@ -110,6 +111,29 @@ def test_a_signalled_job_ends_its_worker(server, tmp_path, long_training, signum
     assert job.wait(timeout=30) == -signum, "the job ends as a cold one would, by the signal"
     _wait_for(lambda: _gone(pid), "the worker to end", timeout=10)
     assert not (tmp_path / "run" / "model.pt").exists()
+
+
+@pytest.mark.subprocess
+def test_a_worker_shows_as_its_job_and_a_killed_one_fails_its_job_with_what_to_do(server, tmp_path, long_training):
+    """ps and pgrep -a show a worker as the job it runs, not as the server it forked from; a
+    worker killed by hand (the job itself alive) fails its job in one line saying what to do."""
+    before = len(_workers(server))
+    log = tmp_path / "train.log"
+    with open(log, "w") as stderr:
+        job = subprocess.Popen(long_training(tmp_path / "run"), stderr=stderr)
+    try:
+        _wait_for(lambda: "parameters on cpu" in log.read_text(), "training to start")
+        (_, pid), = _workers(server)[before:]
+        shown = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        os.kill(pid, signal.SIGKILL)
+        assert job.wait(timeout=30) == 1
+    finally:
+        job.kill()  # a failed check must not leave a training running (its worker ends with it)
+    assert shown.startswith(f"lengthgen worker: train {tmp_path / 'run'} (warm start, server ")
+    assert "warm-server" not in shown
+    assert log.read_text().splitlines()[-1] == (
+        f"lengthgen: error: the job's warm-start worker (pid {pid}) ended without an exit status (killed?); "
+        "rerun the same command to redo this job")
 
 
 @pytest.mark.subprocess

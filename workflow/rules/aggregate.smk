@@ -130,3 +130,21 @@ rule report_pages:
         "python -m lengthgen report-pages --claims {input.claims:q} --summary {input.summary:q}"
         " --provenance {input.provenance:q} --config {params.config:q} --scorecard-html {output.scorecard:q}"
         " --summary-html {output.summary:q} --run-html {output.run:q} --config-yaml {output.config:q} 2> {log:q}"
+
+
+# The run's record: the SHA-256 of every table and figure, written once they are all final and
+# checked before the next run plans (lengthgen.support.record, workflow/rules/common.smk).
+rule record:
+    input:
+        finished_outputs(),
+    output:
+        results("checksums.json"),
+    log:
+        results("logs/record.log"),
+    conda:
+        ENV
+    params:
+        results=lambda w, output: os.path.dirname(output[0]) or ".",
+        code=CODE["record"],
+    shell:
+        "python -m lengthgen record --results {params.results:q} > {log:q} 2>&1"

@@ -18,6 +18,7 @@ from lengthgen import layout, plan  # noqa: E402
 from lengthgen.support.digest import stage_digest  # noqa: E402
 from lengthgen.support.errors import UserError  # noqa: E402
 from lengthgen.support import fileio as lgfileio  # noqa: E402
+from lengthgen.support import record as lgrecord  # noqa: E402
 from lengthgen.support.fileio import canonical_json as as_json  # noqa: E402
 
 
@@ -42,16 +43,15 @@ try:
         SCHEMA,
         overrides=dict(workflow.config_settings.config),
     )
-    # Before anything runs: a variant that would write over the default's committed tables.
-    if workflow.is_main_process and (
-        note := lgconfig.default_results_note(
-            workflow.basedir,
-            CONFIG,
-            workflow.overwrite_configfiles,
-            SCHEMA,
-            overrides=dict(workflow.config_settings.config),
-        )
-    ):
+    # A variant that sets no results_dir writes its own, not over the default's committed tables.
+    CONFIG, note = lgconfig.variant_results_dir(
+        workflow.basedir,
+        CONFIG,
+        workflow.overwrite_configfiles,
+        SCHEMA,
+        overrides=dict(workflow.config_settings.config),
+    )
+    if workflow.is_main_process and note:
         print(note, file=sys.stderr)
 except UserError as err:
     sys.exit(f"lengthgen: error: {err}")  # one line, no traceback, nothing written
@@ -61,6 +61,15 @@ if workflow.is_main_process:
     # Snakemake plans no job over a write-protected output, and says neither where nor what to do.
     try:
         lgfileio.check_writable(RESULTS)
+        # Tables and figures damaged since the run that recorded them (lengthgen.support.record):
+        # removed here, once, before Snakemake looks at them, so that this run rebuilds them; a
+        # report, which rebuilds nothing, refuses them.
+        if any(arg == "--report" or arg.startswith("--report=") for arg in sys.argv):
+            lgrecord.check_tables(Path(RESULTS) / "tables")
+            lgrecord.check_tables(Path(RESULTS) / "figures")
+        else:
+            for line in lgrecord.heal(RESULTS):
+                print(f"lengthgen: {line}", file=sys.stderr)
     except UserError as err:
         sys.exit(f"lengthgen: error: {err}")
 # Jobs that may share one GPU (lengthgen.support.device claims a slot of one); jobs inherit it.
@@ -100,6 +109,7 @@ STAGES = {
     "influence": "language.influence",
     "language_report": "reporting.language",
     "language_scores": "analysis.language_scores",
+    "record": "support.record",
 }
 CODE = {stage: stage_digest(f"lengthgen.{module}") for stage, module in STAGES.items()}
 # The planning modules decide the inputs and params of the rules that read the whole grid; only
@@ -130,6 +140,20 @@ wildcard_constraints:
     scheme="[A-Za-z0-9_]+",
     seed=r"\d+",
     split=r"train|train-seed\d+|test|test-seed\d+",
+
+
+def finished_outputs():
+    """The tables and figures a run ends with (what `all` asks for, and the record is made of)."""
+    return [
+        results("tables/length_sweep.csv"),
+        results("tables/summary.md"),
+        results("tables/claims.md"),
+        results("provenance.json"),
+        results("tables/claims.html"),
+        *layout.language_tables(CONFIG),
+        *layout.attention_outputs(CONFIG),
+        *expand(results("figures/{figure}.png"), figure=plan.figures(CONFIG)),
+    ]
 
 
 def missing_intermediates():

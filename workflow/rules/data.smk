@@ -14,6 +14,9 @@ rule generate_dataset:
         results("data/{task}/{split}.parquet"),
     log:
         results("logs/data/{task}/{split}.log"),
+    # A cell's data before any cheaper cell's training: priority is not passed up to the jobs a
+    # job waits on, and E3's data at priority 0 waited for every E1 training, leaving E3 last.
+    priority: train_priority
     conda:
         ENV
     params:

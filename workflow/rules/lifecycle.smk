@@ -37,3 +37,9 @@ def check_machine():
             lgfileio.check_free_space(RESULTS)
     except UserError as err:
         sys.exit(f"lengthgen: error: {err}")
+
+
+def explain_failure():
+    """After a failed local run: one line naming a disk that filled during it."""
+    if workflow.local_exec and (line := lgfileio.full_disk(RESULTS)):
+        print(f"lengthgen: error: {line}", file=sys.stderr)

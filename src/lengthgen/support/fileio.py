@@ -94,18 +94,32 @@ def _free_bytes(path: Path) -> str:
 MIN_FREE_BYTES = 10 * 2**20
 
 
+def _free(folder) -> int | None:
+    """Free bytes on the file system of `folder` (of its nearest existing parent); None if unknown."""
+    for existing in (Path(folder), *Path(folder).parents):
+        with contextlib.suppress(OSError):
+            return shutil.disk_usage(existing).free
+    return None
+
+
 def check_free_space(folder) -> None:
     """UserError when the file system of `folder` (of its nearest existing parent) is full: said
     before the run, since the jobs' own logs, on the same disk, come out empty."""
-    for existing in (Path(folder), *Path(folder).parents):
-        with contextlib.suppress(OSError):
-            free = shutil.disk_usage(existing).free
-            break
-    else:
-        return
-    if free < MIN_FREE_BYTES:
+    free = _free(folder)
+    if free is not None and free < MIN_FREE_BYTES:
         raise UserError(f"{folder}: the disk is full ({free:,} bytes free on its file system, under the "
                         f"{MIN_FREE_BYTES:,} a run needs to start); free some space and rerun")
+
+
+def full_disk(folder) -> str | None:
+    """After a failed run, the line that names a disk that filled during it (the failed jobs'
+    logs, on that disk, may have come out empty, and Snakemake says only that a job failed);
+    None when the disk has room."""
+    free = _free(folder)
+    if free is None or free >= MIN_FREE_BYTES:
+        return None
+    return (f"{folder}: the disk filled during the run ({free:,} bytes free on its file system): the jobs that "
+            "failed could not write their outputs or logs; free some space and rerun the same command")
 
 
 def check_writable(folder) -> None:

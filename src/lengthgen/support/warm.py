@@ -82,7 +82,8 @@ def forward(argv: list[str]) -> int | None:
     except OSError:
         conn.close()
         return None
-    if "pid" not in _reply(replies):  # refused (not the same environment), or no worker: run cold
+    started = _reply(replies)
+    if "pid" not in started:  # refused (not the same environment), or no worker: run cold
         conn.close()
         return None
     # A signal that ends this process ends the worker too: it watches this end of the socket.
@@ -97,7 +98,8 @@ def forward(argv: list[str]) -> int | None:
     finally:
         signal.signal(signal.SIGINT, handler)
     if "exit" not in status:
-        print("lengthgen: error: the warm-start worker ended without an exit status (killed?)", file=sys.stderr)
+        print(f"lengthgen: error: the job's warm-start worker (pid {started['pid']}) ended without an exit status "
+              "(killed?); rerun the same command to redo this job", file=sys.stderr)
         return 1
     return status["exit"]
 
@@ -238,6 +240,7 @@ def _become(request: dict, fds: list[int]) -> None:
                                          for fd, mode in ((0, "r"), (1, "w"), (2, "w")))
     for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, signal.SIG_DFL)  # a signal the job passes on ends the worker
+    _name_worker(request["argv"])  # before the environment changes: setproctitle finds argv's memory beside it
     os.chdir(request["cwd"])
     os.umask(request["umask"])
     os.environ.clear()
@@ -246,6 +249,20 @@ def _become(request: dict, fds: list[int]) -> None:
     sys.argv = ["lengthgen", *request["argv"]]
     for name in [m for m in sys.modules if m == "lengthgen" or m.startswith("lengthgen.")]:
         del sys.modules[name]  # the server's copy may be older than src/: import it afresh
+
+
+def _name_worker(argv: list[str]) -> None:
+    """Show the worker as the job it runs (`ps`, `pgrep -a`, `top`), not with the server's command
+    line, which a fork keeps: a user who kills a process should know which one it is."""
+    outputs = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in ("--out", "--out-dir", "--csv")]
+    title = f"lengthgen worker: {argv[0] if argv else '?'} {' '.join(outputs[:1])} (warm start, server {os.getppid()})"
+    try:
+        import setproctitle  # the command line; without it, the 15-character name alone
+    except ImportError:
+        with contextlib.suppress(OSError):
+            Path("/proc/self/comm").write_text("lengthgen-job")
+        return
+    setproctitle.setproctitle(" ".join(title.split()))
 
 
 def _run(entry, argv: list[str]) -> int:
