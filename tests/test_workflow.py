@@ -192,11 +192,13 @@ def _comment_edit(text: str) -> str:
 FIGURES = ("figure",)
 ATTENTION = ("attention", "aggregate_attention", "figure_attention")  # the stage and what follows it
 LANGUAGE_ATTENTION = ("language_attention", "aggregate_attention", "figure_attention")
-TRAINING = ("train", "length_sweep", "aggregate", "claims", *FIGURES, "provenance", "report_pages", *ATTENTION)
+# The record of a run's outputs (rule record) is remade whenever any of them is.
+TRAINING = ("train", "length_sweep", "aggregate", "claims", *FIGURES, "provenance", "report_pages", *ATTENTION,
+            "record")
 # The rules whose inputs or params the planning modules decide, and what follows them: no data,
 # training, sweep or attention job.
 PLANNED = {"aggregate", "claims", *FIGURES, "provenance", "report_pages", "aggregate_attention", "figure_attention",
-           "language_scores", "influence_report", "all"}
+           "language_scores", "influence_report", "record", "all"}
 # The claims, one module each in a package: an edit of any of them reruns the claims and the
 # figures (lengthgen.reporting.figures imports the package), and nothing else.
 CLAIMS_MODULES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "src/lengthgen/analysis/claims").glob("*.py"))
@@ -211,12 +213,12 @@ CLAIMS_MODULES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "src/len
     [
         ("src/lengthgen/model/transformer.py",
          {*TRAINING, "train_lm", "score_influence", "language_scores", "influence_report", *LANGUAGE_ATTENTION, "all"}),
-        *((relpath, {"claims", *FIGURES, "report_pages", "all"}) for relpath in CLAIMS_MODULES),
-        ("src/lengthgen/analysis/scorecard.py", {"claims", "report_pages", "all"}),
+        *((relpath, {"claims", *FIGURES, "report_pages", "record", "all"}) for relpath in CLAIMS_MODULES),
+        ("src/lengthgen/analysis/scorecard.py", {"claims", "report_pages", "record", "all"}),
         ("src/lengthgen/layout.py", PLANNED),
         ("src/lengthgen/plan.py", PLANNED),
         ("src/lengthgen/evaluation/decode.py",
-         {"length_sweep", "aggregate", "claims", *FIGURES, "report_pages", *ATTENTION, "all"}),
+         {"length_sweep", "aggregate", "claims", *FIGURES, "report_pages", *ATTENTION, "record", "all"}),
     ],
 )
 def test_code_edit_reruns_exactly_its_stages(smoke_run, relpath, expected):
@@ -266,7 +268,7 @@ def test_an_edit_of_one_subcommand_s_arguments_reruns_its_stage_and_what_follows
                            lambda text: text.replace('"device threads batch_size"', '"batch_size device threads"'))
     try:
         assert {r for r, _ in planned_jobs(smoke_run)} == {"length_sweep", "aggregate", "claims", *FIGURES,
-                                                           "report_pages", "all"}
+                                                           "report_pages", "record", "all"}
     finally:
         path.write_text(backup)
 
