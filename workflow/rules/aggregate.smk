@@ -7,6 +7,7 @@ localrules:
     claims,
     figure,
     provenance,
+    record,
     report_pages,
 
 
