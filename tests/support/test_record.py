@@ -64,10 +64,15 @@ def test_a_damaged_record_is_removed_and_named(run):
     assert not (run / "checksums.json").exists() and (run / "tables/claims.csv").exists()
 
 
-def test_a_run_without_a_record_is_not_checked(tmp_path):
+def test_a_run_without_a_record_is_not_healed_but_its_scorecard_is_checked_for_rows(tmp_path):
     (tmp_path / "tables").mkdir()
     (tmp_path / "tables/claims.csv").write_text("x")
-    assert record.heal(tmp_path) == [] and record.check(tmp_path / "tables/claims.csv") is None
+    (tmp_path / "tables/summary.md").write_text("x")
+    (tmp_path / "config.yaml").write_text("tasks: []\n")  # the run's own config: its scorecard has 3 claims
+    assert record.heal(tmp_path) == [] and record.check(tmp_path / "tables/summary.md") is None
+    # tests/support/test_expected.py: the rows a run's config asks for
+    with pytest.raises(UserError, match="claims.csv: lacks rows the run's config asks for"):
+        record.check(tmp_path / "tables/claims.csv")
 
 
 def test_check_refuses_a_damaged_table_in_one_line_and_keeps_it(run):

@@ -11,8 +11,9 @@ line break) is what this catches that reading cannot.
 The tools that read a finished run (`lengthgen verdict`, `lengthgen diff`, the report) refuse a
 table that fails its record instead of removing it: they make nothing that could replace it.
 
-A missing file is not damage (Snakemake rebuilds it), and a directory without a record (a run
-from before records, a partial copy) is not checked.
+A missing file is not damage (Snakemake rebuilds it). A table with no record (a run from before
+records, a partial copy) is checked for the rows its run's config asks for instead
+(lengthgen.support.expected) by the tools that read it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from lengthgen.support import expected
 from lengthgen.support.errors import UserError
 from lengthgen.support.fileio import MADE_FROM_TABLES, write_text
 
@@ -109,6 +111,7 @@ def check(table: str | Path) -> None:
     sums = read(results)
     rel = table.relative_to(results).as_posix()
     if sums is None or rel not in sums or not table.is_file():
+        expected.check(table)  # no record of it: at least the rows the run's config asks for
         return
     if sha256(table) != sums[rel]:
         raise UserError(
