@@ -99,6 +99,18 @@ def marked_pids(cluster_id: str | None = None) -> list[int]:
     return pids
 
 
+def _describe(pid: int) -> str:
+    """`pid (parent P, N s old): command line`, from /proc; what is readable of it."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks, uptime = int(fields[19]), float(Path("/proc/uptime").read_text().split()[0])
+        age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+        return f"{pid} (parent {fields[1]}, {age:.0f} s old): {cmdline}"
+    except (OSError, IndexError, ValueError):
+        return str(pid)
+
+
 def wait_marked(n: int, cluster_id: str | None = None, timeout: float = 30.0) -> list[int]:
     """`marked_pids(cluster_id)` once it finds at least `n` processes. For tests that have just
     started marked processes: until a child is past exec, its environ reads empty."""
@@ -350,8 +362,9 @@ class SlurmCluster:
         """PIDs of live processes carrying this cluster's marker (daemons, slurmstepd, jobs)."""
         return marked_pids(self.id)
 
-    def stop(self) -> list[int]:
-        """Cancel jobs, stop the daemons by PID, end anything left; return the PIDs it had to kill."""
+    def stop(self) -> list[str]:
+        """Cancel jobs, stop the daemons by PID, end anything left; return what it had to kill
+        (PID, parent, age and command line of each)."""
         try:
             if self.procs.get("slurmctld") and self.procs["slurmctld"].poll() is None:
                 self.run("scancel", "--full", "--user=root", timeout=15, check=False)
@@ -384,9 +397,10 @@ class SlurmCluster:
             if not left:
                 break
             for pid in left:
+                what = _describe(pid)  # before the kill: which process it was, for the test's message
                 try:
                     os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
+                    killed.append(what)
                 except ProcessLookupError:
                     pass
             time.sleep(0.5)
