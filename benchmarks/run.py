@@ -19,9 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import BENCH, RESULTS, Options, load_average, machine, write_csv  # noqa: E402
 
-ORDER = ["matmul_ceiling", "train_throughput", "stacked_training", "profile_step", "lm_memory", "cpu_bf16", "stages",
-         "workflow_overhead",
-         "job_start"]
+ORDER = ["matmul_ceiling", "train_throughput", "stacked_training", "profile_step", "profile_stages", "lm_memory",
+         "cpu_bf16", "stages", "workflow_overhead", "job_start"]
 
 
 def _module(name: str):
@@ -87,7 +86,7 @@ def main(argv=None) -> int:
         section = module.run(opts)
         section.seconds = time.perf_counter() - t0
         csv_path = write_csv(name, section.rows)
-        header = (f"## {section.title}\n\n*{mode} mode, {info['date']}, {section.seconds:.0f} s; "
+        header = (f"## {section.title}\n\n*{mode} mode, {info['cpu']}, {info['date']}, {section.seconds:.0f} s; "
                   f"load average before {load0}, after {load_average()}; data: `{csv_path.relative_to(BENCH)}`*")
         (RESULTS / f"{name}.md").write_text(header + "\n\n" + section.markdown.rstrip() + "\n")
         print(f"[{name}] done in {section.seconds:.1f} s -> {csv_path.relative_to(common.ROOT)}", flush=True)
