@@ -31,6 +31,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -38,6 +39,7 @@ SBIN = "/usr/sbin:/sbin:/usr/bin:/bin"
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "scancel", "scontrol", "sinfo", "srun")
 MARKER = "LENGTHGEN_SLURM_TEST_CLUSTER"
+KILL_WAIT = 30  # seconds from a cancel to SIGKILL: Slurm's default KillWait
 SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
 BACKUP_CONF = SYSTEM_CONF.with_name("slurm.conf.lengthgen-test-backup")
 LOCK_FILE = Path("/tmp/lengthgen-slurm-test.lock")
@@ -198,6 +200,8 @@ class SlurmCluster:
         self._made_etc_dir = False
         self._moved_aside = False
         self.munge_dir: Path | None = None
+        self.cancelled: set[str] = set()  # jobs the test cancelled (cancel())
+        self.contained: list[str] = []  # their processes killed as a cgroup would have
 
     # -- environment ---------------------------------------------------------------------
 
@@ -213,6 +217,31 @@ class SlurmCluster:
 
     def run(self, *cmd: str, timeout: float = 30, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(list(cmd), env=self.env(), capture_output=True, text=True, timeout=timeout, check=check)
+
+    def cancel(self, jobid: str) -> None:
+        """`scancel` a job, then end what is left of it as a cluster with cgroup process tracking
+        would. This cluster tracks a job's processes by parentage (proctrack/linuxproc: no cgroups
+        here), and a process whose parent has already died is no longer found: in one loaded run
+        of the SLURM tests the job step's Snakemake outlived its cancelled job by six minutes.
+        So, KILL_WAIT seconds after the cancel (Slurm's KillWait), every process still carrying
+        the job's SLURM_JOB_ID is killed, as the job's cgroup would be."""
+        self.run("scancel", jobid)
+        self.cancelled.add(jobid)
+        threading.Thread(target=self._contain, args=(jobid, KILL_WAIT), daemon=True).start()
+
+    def _contain(self, jobid: str, after: float) -> list[str]:
+        """Kill the processes of cancelled job `jobid` still alive `after` seconds from now."""
+        time.sleep(after)
+        tag = f"SLURM_JOB_ID={jobid}".encode()
+        killed = []
+        for pid in self.marked_pids():
+            if tag in environ(pid):
+                what = _describe(pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(what)
+        self.contained += killed
+        return killed
 
     # -- start ---------------------------------------------------------------------------
 
@@ -386,6 +415,8 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+        for jobid in sorted(self.cancelled):  # what a cgroup would have ended (cancel())
+            self._contain(jobid, 0)
         # A job's slurmstepd ends shortly after slurmd: on a loaded machine (the other test
         # worker busy) that takes seconds. Only what outlives the wait counts as left over.
         deadline = time.monotonic() + 20

@@ -162,7 +162,7 @@ def _run_on_cluster(cluster: SlurmCluster, workdir: Path, config: Path, timeout:
                 running = {comment: jid for jid, state, comment in _squeue(cluster) if state == "RUNNING"}
                 for seed in with_checkpoint:
                     if jid := running.get(_comment(seed=seed, **cell)):
-                        cluster.run("scancel", jid)
+                        cluster.cancel(jid)
                         cancelled = {"jobid": jid, "seed": seed}
                         break
             time.sleep(0.25)
@@ -391,4 +391,5 @@ def test_smoke_grid_through_slurm_with_a_cancelled_job(cluster, tmp_path):
     assert names and names == sorted(p.name for p in second.iterdir())
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
-    print(f"SLURM run {slurm_seconds:.0f} s, whole test {time.monotonic() - started:.0f} s")
+    print(f"SLURM run {slurm_seconds:.0f} s, whole test {time.monotonic() - started:.0f} s; processes of the "
+          f"cancelled job ended as its cgroup would have: {cluster.contained}")
