@@ -30,7 +30,7 @@ import yaml
 from conftest import SMOKE_RESULTS, VENV_BIN, copy_workflow, venv_env
 from slurm_cluster import HEADER, SlurmCluster, unavailable
 
-LOCAL_RULES = {"aggregate", "claims", "figure", "provenance", "record", "all"}
+LOCAL_RULES = {"aggregate", "training_table", "claims", "figure", "provenance", "record", "all"}
 # One training job of this task and scheme (whichever seed first runs with a checkpoint) is
 # cancelled mid-run; the task trains longer than in smoke.yaml (see _test_config).
 VICTIM_TASK, VICTIM_SCHEME = "smoke_k2", "alibi"

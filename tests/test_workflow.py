@@ -193,12 +193,12 @@ FIGURES = ("figure",)
 ATTENTION = ("attention", "aggregate_attention", "figure_attention")  # the stage and what follows it
 LANGUAGE_ATTENTION = ("language_attention", "aggregate_attention", "figure_attention")
 # The record of a run's outputs (rule record) is remade whenever any of them is.
-TRAINING = ("train", "length_sweep", "aggregate", "claims", *FIGURES, "provenance", "report_pages", *ATTENTION,
-            "record")
+TRAINING = ("train", "length_sweep", "aggregate", "training_table", "claims", *FIGURES, "provenance", "report_pages",
+            *ATTENTION, "record")
 # The rules whose inputs or params the planning modules decide, and what follows them: no data,
 # training, sweep or attention job.
-PLANNED = {"aggregate", "claims", *FIGURES, "provenance", "report_pages", "aggregate_attention", "figure_attention",
-           "language_scores", "influence_report", "record", "all"}
+PLANNED = {"aggregate", "training_table", "claims", *FIGURES, "provenance", "report_pages", "aggregate_attention",
+           "figure_attention", "language_scores", "influence_report", "record", "all"}
 # The claims, one module each in a package: an edit of any of them reruns the claims and the
 # figures (lengthgen.reporting.figures imports the package), and nothing else.
 CLAIMS_MODULES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "src/lengthgen/analysis/claims").glob("*.py"))

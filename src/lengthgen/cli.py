@@ -104,7 +104,14 @@ def cmd_claims(a) -> None:
     from lengthgen.analysis import scorecard
 
     scorecard.build(a.sweep_csv, a.sparse_tasks, a.train_max, a.config, a.coupling, a.language_scores, a.attention,
-                    a.csv, a.md, log=_log, scale=a.scale, needle=a.needle)
+                    a.csv, a.md, log=_log, scale=a.scale, needle=a.needle, training=a.training)
+
+
+def cmd_training_table(a) -> None:
+    from lengthgen.analysis import budget
+
+    cells = [tuple(c.rsplit("/", 2)) for c in a.cells]
+    budget.write(a.meta, [(t, s, int(seed)) for t, s, seed in cells], a.csv)
 
 
 def cmd_figure(a) -> None:

@@ -109,7 +109,7 @@ SUBCOMMANDS = {  # each stage's subcommands (those whose functions import its mo
     "aggregate": {"aggregate", "provenance"}, "claims": {"claims"}, "report": {"report-pages"},
     "figures": {"figure"}, "corpus": {"fetch-corpus", "corpus"}, "tokenizer": {"tokenizer", "tokenize"},
     "language": {"train-lm"}, "influence": {"score"}, "language_report": {"influence-report"},
-    "language_scores": {"language-scores"}, "record": {"record"},
+    "language_scores": {"language-scores"}, "record": {"record"}, "training_table": {"training-table"},
 }
 
 

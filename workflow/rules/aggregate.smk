@@ -9,6 +9,7 @@ localrules:
     provenance,
     record,
     report_pages,
+    training_table,
 
 
 rule aggregate:
@@ -30,9 +31,28 @@ rule aggregate:
         " --md {output.md:q} --stale {params.stale:q} 2> {log:q}"
 
 
+# How each cell's training stopped: a model cut by max_steps is never counted as fitted
+# (lengthgen.analysis.budget; docs/protocol.md, "A fit is a training that ended").
+rule training_table:
+    input:
+        layout.cell_paths(CONFIG, "runs/{task}/{scheme}/seed{seed}/meta.json"),
+    output:
+        results("tables/training.csv"),
+    log:
+        results("logs/training_table.log"),
+    conda:
+        ENV
+    params:
+        cells=[f"{t}/{s}/{seed}" for t, s, seed in layout.cells(CONFIG)],
+        code=planned("training_table"),
+    shell:
+        "python -m lengthgen training-table --meta {input:q} --cells {params.cells:q} --csv {output:q} 2> {log:q}"
+
+
 rule claims:
     input:
         sweep=results("tables/length_sweep.csv"),
+        training=results("tables/training.csv"),
         language=layout.language_score_table(CONFIG),
         attention=layout.attention_table(CONFIG),
     output:
@@ -56,6 +76,7 @@ rule claims:
         "python -m lengthgen claims --sweep-csv {input.sweep:q} --sparse-tasks {params.sparse:q}"
         " --train-max {params.train_max} --config {params.config:q} --coupling {params.coupling:q}"
         " --scale {params.scale:q} --needle {params.needle:q} {params.language} {params.attention}"
+        " --training {input.training:q}"
         " --csv {output.csv:q} --md {output.md:q} 2> {log:q} && cat {log:q}"
 
 

@@ -110,6 +110,7 @@ STAGES = {
     "language_report": "reporting.language",
     "language_scores": "analysis.language_scores",
     "record": "support.record",
+    "training_table": "analysis.budget",
 }
 CODE = {stage: stage_digest(f"lengthgen.{module}") for stage, module in STAGES.items()}
 # The planning modules decide the inputs and params of the rules that read the whole grid; only
@@ -147,6 +148,7 @@ def finished_outputs():
     return [
         results("tables/length_sweep.csv"),
         results("tables/summary.md"),
+        results("tables/training.csv"),
         results("tables/claims.md"),
         results("provenance.json"),
         results("tables/claims.html"),

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from lengthgen.analysis import claims
+from lengthgen.analysis import budget, claims
 from lengthgen.analysis.aggregate import read_sweep
 from lengthgen.support.errors import UserError
 from lengthgen.support.fileio import write_text
@@ -44,7 +44,8 @@ def observed_points(results_dirs: list) -> tuple[pd.DataFrame, dict]:
     if not tasks:
         raise UserError(f"{results_dirs[0]}/config.yaml: no sparse_parity task, so no claim-1 test")
     train_max = max(t["params"]["n_max"] for t in tasks)
-    parts = [read_sweep(Path(d) / "tables/length_sweep.csv").assign(run=i) for i, d in enumerate(results_dirs)]
+    parts = [budget.read_marked(read_sweep(Path(d) / "tables/length_sweep.csv"), Path(d) / "tables").assign(run=i)
+             for i, d in enumerate(results_dirs)]
     sweep = pd.concat(parts, ignore_index=True)
     sweep = sweep[sweep["task"].isin([t["name"] for t in tasks])]
     # models of different runs stay different models even where their seeds coincide
@@ -107,7 +108,7 @@ class Run:
         self.claims = rules_for(cfg["claims"])
         self.kinds = {t["name"]: t["kind"] for t in cfg["tasks"]}
         self.plan = plan_of(cfg)
-        self.sweep = read_sweep(root / "tables/length_sweep.csv")
+        self.sweep = budget.read_marked(read_sweep(root / "tables/length_sweep.csv"), root / "tables")
         scores, attention = root / "tables/language_scores.csv", root / "tables/attention.csv"
         self.scores = language_scores.read(scores) if cfg.get("language") and scores.exists() else None
         self.models = (attention_report.per_model(attention_report.read(attention))

@@ -5,20 +5,23 @@ the scorecard. The checks themselves (statistics, thresholds, verdict words) liv
 from __future__ import annotations
 
 from lengthgen.analysis import attention as attention_report
-from lengthgen.analysis import claims, language_scores
+from lengthgen.analysis import budget, claims, language_scores
 from lengthgen.analysis import scale as beyond
 from lengthgen.analysis.aggregate import read_sweep
 
 
 def build(sweep_csv, sparse_tasks: list[str], train_max: int, cfg: dict, coupling: dict, language, attention,
-          csv_out, md_out, log=print, scale: dict | None = None, needle: dict | None = None) -> None:
+          csv_out, md_out, log=print, scale: dict | None = None, needle: dict | None = None,
+          training=None) -> None:
     """Write claims.csv and claims.md from the sweep table and, where run, E4's per-token table
     (`language`: tables/language_scores.csv), the attention table (`attention`), and the
     analyses beyond the paper: E1 at several model sizes (`scale`: {task: "LxD"}) and the needle
-    task (`needle`: {task: n_max}). `cfg` is the config's claims section with every key (the
+    task (`needle`: {task: n_max}); `training` (tables/training.csv) says which models were cut by
+    max_steps. `cfg` is the config's claims section with every key (the
     command line fills it from the schema)."""
     scale, needle = scale or {}, needle or {}
     sweep = read_sweep(sweep_csv, sorted({*sparse_tasks, *coupling, *scale, *needle}))
+    sweep = budget.mark(sweep, budget.read(training) if training else None)  # a model cut by max_steps is unfit
     scores = language_scores.read(language) if language else None
     # per_model is read here, not in claims/: the paper's figures import claims, and an edit of
     # the attention table's code must not rerun them

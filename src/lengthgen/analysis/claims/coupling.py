@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from lengthgen.analysis import stats
+from lengthgen.analysis import budget, stats
 from lengthgen.analysis.claims.rows import DESCRIPTIVE, NOT_MEASURED, make_row, tag
 from lengthgen.analysis.stats import FAIL, INCONCLUSIVE, PASS
 
@@ -32,6 +32,7 @@ class _Scheme:
         g = sweep[(sweep["task"] == task) & (sweep["scheme"] == scheme)]
         self.name = scheme
         self.fit_by_seed = g[g["length"] == n_max].groupby("seed")["accuracy"].mean()
+        self.cut = set(budget.capped(g).get_level_values("seed"))  # cut by max_steps: never fitted
         at = g[g["length"] == n].groupby("seed")
         self.acc, self.examples = at["accuracy"].mean(), at["examples"].sum()
         # how often the IDs a ppc predicts are the true ones (NaN for schemes that predict none)
@@ -40,8 +41,10 @@ class _Scheme:
         self.fits = len(self.fitted) >= min_fitted
 
     def fit_seeds(self, fit_min: float) -> list:
-        """The seeds whose model fits at 1x: only they are compared (an unfit model says nothing)."""
-        return [seed for seed, acc in self.fit_by_seed.items() if acc >= fit_min and seed in self.acc.index]
+        """The seeds whose model fits at 1x when its training ended (not cut by max_steps): only
+        they are compared (an unfit model says nothing)."""
+        return [seed for seed, acc in self.fit_by_seed.items()
+                if acc >= fit_min and seed not in self.cut and seed in self.acc.index]
 
     def draws(self, st: dict, seeds=None) -> np.ndarray:
         """Resampled means over `seeds` (all by default). Every scheme of a task draws the same
@@ -52,7 +55,8 @@ class _Scheme:
         return stats.seed_binomial_means(self.acc[seeds].values, self.examples[seeds].values, st["n_boot"], st["seed"])
 
     def fit_note(self) -> str:
-        return f"{self.name} {len(self.fitted)} of {len(self.fit_by_seed)}"
+        cut = f" ({len(self.cut)} cut by max_steps)" if self.cut else ""
+        return f"{self.name} {len(self.fitted)} of {len(self.fit_by_seed)}{cut}"
 
 
 def coupling_checks(sweep: pd.DataFrame, tasks: dict, cfg: dict, st: dict) -> list[dict]:

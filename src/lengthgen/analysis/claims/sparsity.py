@@ -9,7 +9,7 @@ import math
 
 import pandas as pd
 
-from lengthgen.analysis import stats
+from lengthgen.analysis import budget, stats
 from lengthgen.analysis.claims.rows import DESCRIPTIVE, NOT_MEASURED, make_row, model_names, tag
 from lengthgen.analysis.stats import FAIL, INCONCLUSIVE, PASS
 
@@ -23,9 +23,11 @@ def _model_accuracy_at(sweep: pd.DataFrame, length: int) -> pd.Series:
 
 
 def fitted(sweep: pd.DataFrame, train_max: int, fit_min: float):
-    """Per row of the sweep: whether its model fit its training lengths (True when untested)."""
+    """Per row of the sweep: whether its model fit its training lengths (True when untested) at
+    the end of its training (a model the sweep marks as cut by max_steps does not: budget.py)."""
     low = _model_accuracy_at(sweep, train_max).loc[lambda acc: acc < fit_min].index
-    return ~pd.MultiIndex.from_frame(sweep[["task", "scheme", "seed"]]).isin(low)
+    models = pd.MultiIndex.from_frame(sweep[["task", "scheme", "seed"]])
+    return ~(models.isin(low) | models.isin(budget.capped(sweep)))
 
 
 def claim1_points(sweep: pd.DataFrame, train_max: int, cfg: dict) -> pd.DataFrame:
@@ -70,15 +72,20 @@ def _fit_row(sweep: pd.DataFrame, train_max: int, fit_min: float) -> dict:
         return make_row("1 sparsity", f"models that fit at n={train_max} (1x)", math.nan, "-", NOT_MEASURED,
                     f"no test length equals the longest training length {train_max}")
     acc = _model_accuracy_at(sweep, train_max)
-    fits = at.groupby(["scheme", "k", "task", "seed"])["accuracy"].mean().ge(fit_min)
+    cut = acc.index.isin(budget.capped(sweep))  # cut by max_steps: unfit whatever its accuracy
+    at = at.assign(cut=pd.MultiIndex.from_frame(at[["task", "scheme", "seed"]]).isin(budget.capped(sweep)))
+    per_k = at.groupby(["scheme", "k", "task", "seed"]).agg(accuracy=("accuracy", "mean"), cut=("cut", "any"))
+    fits = per_k["accuracy"].ge(fit_min) & ~per_k["cut"]
     counts = fits.groupby(level=["scheme", "k"]).agg(["sum", "size"])
     rates = "; ".join(f"{scheme} " + ", ".join(f"k={int(k)} {r['sum']}/{r['size']}" for (_, k), r in c.iterrows())
                       for scheme, c in counts.groupby(level="scheme"))
-    low = acc[acc < fit_min]
+    low = acc[(acc < fit_min) & ~cut]
     below = ", ".join(f"{t}/{s}/seed{seed} {a:.3f}" for (t, s, seed), a in low.items())
-    return make_row("1 sparsity", f"models that fit at n={train_max} (1x, every k): fraction", (acc >= fit_min).mean(),
-                f">= {fit_min} each", DESCRIPTIVE, f"fitted per k: {rates}" + (f"; below: {below}" if below else ""),
-                n=len(acc))
+    capped = ", ".join(f"{t}/{s}/seed{seed}" for t, s, seed in acc.index[cut])
+    detail = f"fitted per k: {rates}" + (f"; below: {below}" if below else "") + (
+        f"; cut by max_steps: {capped}" if capped else "")
+    return make_row("1 sparsity", f"models that fit at n={train_max} (1x, every k): fraction",
+                    ((acc >= fit_min) & ~cut).mean(), f">= {fit_min} each", DESCRIPTIVE, detail, n=len(acc))
 
 
 def k_draws(points: pd.DataFrame, ks: list[int], st: dict) -> pd.DataFrame | None:
