@@ -33,12 +33,13 @@ def k_means(results: Path, kind: str = "sparse_parity") -> str:
     and k at each test length."""
     import yaml
 
-    from lengthgen.analysis import claims
+    from lengthgen.analysis import budget, claims
 
     cfg = yaml.safe_load((results / "config.yaml").read_text(encoding="utf-8"))  # the run's own config
     tasks = [t for t in cfg["tasks"] if t["kind"] == kind]
     train_max = max(t["params"]["n_max"] for t in tasks)
     sweep = read_sweep(results / "tables/length_sweep.csv", [t["name"] for t in tasks])
+    sweep = budget.read_marked(sweep, results / "tables")  # a model cut by max_steps is no fit, as in the scorecard
     sweep = sweep[claims.fitted(sweep, train_max, cfg["claims"]["sparsity"]["fit_min"])]
     means = sweep.groupby(["scheme", "k", "length"])["accuracy"].mean().unstack("length")
     models = sweep.groupby(["scheme", "k"])[["task", "seed"]].apply(lambda g: len(g.drop_duplicates()))
