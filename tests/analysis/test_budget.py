@@ -103,3 +103,10 @@ def test_claim_1_leaves_out_a_model_cut_by_max_steps():
     assert fit_row["value"] == pytest.approx(2 / 6, abs=1e-4)
     assert fit_row["detail"].endswith("cut by max_steps: mix/rope/seed0, mix/rope/seed1, mix/rope/seed2, "
                                       "mix/rope/seed3")
+
+
+def test_runs_pooled_with_a_run_without_a_training_table_mark_only_their_own_models():
+    marked = budget.mark(pd.DataFrame([{"task": "e3", "scheme": "ppc", "seed": 0, "length": 10}]),
+                         _training({("ppc", 0): "max_steps"}))
+    unmarked = pd.DataFrame([{"task": "e3", "scheme": "ppc", "seed": 1, "length": 10}])
+    assert list(budget.capped(pd.concat([marked, unmarked], ignore_index=True))) == [("e3", "ppc", 0)]

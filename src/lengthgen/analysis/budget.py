@@ -74,7 +74,9 @@ def capped(sweep: pd.DataFrame) -> pd.MultiIndex:
     """(task, scheme, seed) of every model the sweep marks as cut by max_steps (none unmarked)."""
     if TO_END not in sweep:
         return pd.MultiIndex.from_tuples([], names=["task", "scheme", "seed"])
-    cut = sweep.loc[~sweep[TO_END], ["task", "scheme", "seed"]].drop_duplicates()
+    # rows of a run without a training table (runs pooled by `lengthgen power`) are unmarked: as before
+    ended = sweep[TO_END].astype("boolean").fillna(True).astype(bool)
+    cut = sweep.loc[~ended, ["task", "scheme", "seed"]].drop_duplicates()
     return pd.MultiIndex.from_frame(cut)
 
 
