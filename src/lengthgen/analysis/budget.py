@@ -74,7 +74,7 @@ def capped(sweep: pd.DataFrame) -> pd.MultiIndex:
     """(task, scheme, seed) of every model the sweep marks as cut by max_steps (none unmarked)."""
     if TO_END not in sweep:
         return pd.MultiIndex.from_tuples([], names=["task", "scheme", "seed"])
-    # rows of a run without a training table (runs pooled by `lengthgen power`) are unmarked: as before
+    # rows of a run without a training table (runs pooled by `lengthgen power`) are unmarked: judged by accuracy
     ended = sweep[TO_END].astype("boolean").fillna(True).astype(bool)
     cut = sweep.loc[~ended, ["task", "scheme", "seed"]].drop_duplicates()
     return pd.MultiIndex.from_frame(cut)
