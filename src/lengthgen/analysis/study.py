@@ -1,6 +1,7 @@
 """A budget study's table: per setting (a task of the study's grid) and scheme, how many seeds fit
 at 1x, how their exact match spreads at each longer length, whether training reached its early
-stop or was cut by max_steps, and what a model cost.
+stop or was cut by max_steps, and what a model cost. A fit at 1x counts twice: by exact match
+alone, and as the claims count it, only where training ended at its early stop.
 
 `python -m lengthgen.analysis.study RESULTS_DIR [--write FILE]` reads the run's sweep table and,
 from its run folders, each cell's meta.json (steps, how it stopped) and the job's benchmark
@@ -53,13 +54,16 @@ def setting_rows(sweep: pd.DataFrame, results: Path, fit_min: float, good: float
     lengths = sorted(seeds["length"].unique())
     if any(set(g["length"]) != set(lengths) for _, g in seeds.groupby("task")):
         raise UserError("the study's settings are tested at different lengths; give every task the same eval.lengths")
-    header = ["setting", "scheme", "fit at 1x", *(f"{n} (median [range], >= {good:g})" for n in lengths[1:]),
+    header = ["setting", "scheme", "fit at 1x", "fit, trained to the end",
+              *(f"{n} (median [range], >= {good:g})" for n in lengths[1:]),
               "steps (median [range])", "early stop", "CPU s per model (median)"]
     body = []
     for (task, scheme), g in seeds.groupby(["task", "scheme"], sort=True):
         acc = g.pivot(index="seed", columns="length", values="accuracy")
         record = pd.DataFrame([training_record(results, task, scheme, s) for s in acc.index])
-        body.append([task, scheme, f"{int((acc[lengths[0]] >= fit_min).sum())}/{len(acc)}",
+        fits = (acc[lengths[0]] >= fit_min).to_numpy()
+        ended = fits & record["converged"].to_numpy()  # a fit is a training that ended (protocol.md)
+        body.append([task, scheme, f"{int(fits.sum())}/{len(acc)}", f"{int(ended.sum())}/{len(acc)}",
                      *(_spread(acc[n], good) for n in lengths[1:]),
                      f"{record['steps'].median():.0f} [{record['steps'].min()}-{record['steps'].max()}]",
                      f"{int(record['converged'].sum())}/{len(record)}", f"{record['cpu_s'].median():.0f}"])
