@@ -275,7 +275,8 @@ def cmd_power(a) -> None:
         write_text(a.split_half, power.split_half(run) + "\n")
         print(f"split-half check: {a.split_half}")
         return
-    text = power.agreement_table(run, power.agreement(run, a.factors, n_sim=a.simulations, predictive=not a.plug_in))
+    text = power.agreement_table(run, power.agreement(run, a.factors, n_sim=a.simulations,
+                                                           predictive=not a.plug_in, jobs=a.jobs))
     if a.write:
         power.write_block(a.write, a.results[0], text)
     print(text)

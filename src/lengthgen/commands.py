@@ -256,6 +256,8 @@ COMMANDS = (
             arg("--claim1-models", type=int, nargs="+", help="claim 1's power at these numbers of models"),
             arg("--simulations", type=int, default=400,
                 help="simulated truths (the run's units drawn with replacement), two runs from each"),
+            arg("--jobs", type=int, default=1, help="processes sharing the simulated truths (the numbers do not "
+                                                    "depend on it)"),
             arg("--plug-in", action="store_true",
                 help="centre every simulated run on the run's own units (no uncertainty of the effect itself)"),
             arg("--write", help="Markdown file whose block '<!-- power: RESULTS -->' ... '<!-- end power -->' "

@@ -102,14 +102,13 @@ def _one_of_ten(predictive: bool, n_truth: int = 20000):
     holds K ~ Binomial(10, 0.1) ones, p = K / 10, and E[p^2 + (1 - p)^2] = 1 - 2 E[p] + 2 E[p^2]
     = 1 - 0.2 + 2 (0.009 + 0.01) = 0.838: the effect's own uncertainty makes words differ less
     often here, because it widens the chance of truths with no 1 at all."""
-    rng = np.random.default_rng(1)
     units = np.array([1] + [0] * 9)
 
-    def truth_of():
+    def truth_of(rng):
         return rng.choice(units, size=10) if predictive else units
 
-    found = power.two_stage(truth_of, lambda truth: rng.choice(truth, size=1),
-                            lambda run: {"row": "PASS" if run[0] == 1 else "FAIL"}, ["row"], n_truth)
+    found = power.two_stage(truth_of, lambda truth, rng: rng.choice(truth, size=1),
+                            lambda run, _: {"row": "PASS" if run[0] == 1 else "FAIL"}, ["row"], n_truth, seed=1)
     return found["row"]
 
 
@@ -127,3 +126,10 @@ def test_the_table_shows_each_agreement_with_its_monte_carlo_error(tmp_path, sch
     table = power.agreement(run, [1.0], n_sim=4, n_perm=200, n_boot=200)
     assert (table["agreement"] == 1.0).all() and (table["mc_se"] == 0.0).all()
     assert "| 1.00 ± 0.00 |" in power.agreement_table(run, table)
+
+
+def test_processes_sharing_the_truths_give_the_same_numbers(tmp_path, schema):
+    run = _run(tmp_path, schema, {"rope": 0.4})
+    alone = power.agreement(run, [1.0, 2.0], n_sim=3, n_perm=100, n_boot=100)
+    shared = power.agreement(run, [1.0, 2.0], n_sim=3, n_perm=100, n_boot=100, jobs=2)
+    pd.testing.assert_frame_equal(alone, shared)

@@ -199,17 +199,24 @@ def _relabel(df: pd.DataFrame, picks: dict, by: str) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def two_stage(truth_of, run_of, words_of, checks, n_truth: int, per_truth: int = 2) -> dict:
+def two_stage(truth_of, run_of, words_of, checks, n_truth: int, per_truth: int = 2, seed: int = 0,
+              jobs: int = 1) -> dict:
     """Per check: how often each word came out of all simulated runs, and the probability that
     two runs drawn from one truth give the same word, averaged over `n_truth` truths, with its
-    Monte-Carlo standard error. `truth_of()` draws a truth, `run_of(truth)` a run from it and
-    `words_of(run)` its {check: word} (a check it lacks reads INCONCLUSIVE). Each truth's
-    `per_truth` runs give the unbiased same-word share of their pairs, sum c(c-1) / (m(m-1))."""
+    Monte-Carlo standard error. Truth i has its own generator, seeded (seed, i), so the numbers do
+    not depend on `jobs` (processes sharing the truths): `truth_of(rng)` draws a truth,
+    `run_of(truth, rng)` a run from it and `words_of(run, j)` the {check: word} of the j-th run
+    of all (a check it lacks reads INCONCLUSIVE). Each truth's `per_truth` runs give the unbiased
+    same-word share of their pairs, sum c(c-1) / (m(m-1))."""
+
+    def simulate(i: int) -> list[dict]:
+        rng = np.random.default_rng([seed, i])
+        truth = truth_of(rng)
+        return [words_of(run_of(truth, rng), i * per_truth + j) for j in range(per_truth)]
+
     counts = {check: dict.fromkeys(WORDS, 0) for check in checks}
     same = {check: [] for check in checks}
-    for _ in range(n_truth):
-        truth = truth_of()
-        outs = [words_of(run_of(truth)) for _ in range(per_truth)]
+    for outs in _mapped(simulate, n_truth, jobs):
         for check in checks:
             got = [w.get(check, claims.INCONCLUSIVE) for w in outs]
             for w in got:
@@ -221,27 +228,49 @@ def two_stage(truth_of, run_of, words_of, checks, n_truth: int, per_truth: int =
             for check in checks}
 
 
+_TASK = None  # the function a forked worker maps: inherited, never pickled
+
+
+def _call(i: int):
+    return _TASK(i)
+
+
+def _mapped(fn, n: int, jobs: int) -> list:
+    """[fn(0), ..., fn(n - 1)], on `jobs` forked processes when more than one (each scorecard is
+    seconds of pure computation, so processes, not threads)."""
+    global _TASK
+    if jobs <= 1 or n <= 1:
+        return [fn(i) for i in range(n)]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    _TASK = fn
+    try:
+        with ProcessPoolExecutor(min(jobs, n), mp_context=multiprocessing.get_context("fork")) as pool:
+            return list(pool.map(_call, range(n), chunksize=1))
+    finally:
+        _TASK = None
+
+
 def agreement(run: Run, factors: list[float], n_sim: int = 400, n_perm: int = 1000,
-              n_boot: int = 1000, predictive: bool = True, per_truth: int = 2) -> pd.DataFrame:
+              n_boot: int = 1000, predictive: bool = True, per_truth: int = 2, jobs: int = 1) -> pd.DataFrame:
     """Per deciding row and unit factor: how often each word comes out of the simulated runs, and
     the probability that two independent runs give the same word, from `n_sim` truths (each the
     run's units drawn with replacement; the run itself when not `predictive`) of `per_truth`
-    runs each, with its Monte-Carlo standard error."""
+    runs each, with its Monte-Carlo standard error; `jobs` processes share the truths."""
     st = {**run.claims["stats"], "n_perm": n_perm, "n_boot": n_boot}
     observed = run.words(run.claims["stats"])
-    rng = np.random.default_rng(st["seed"])
-    seeds = iter(range(st["seed"], st["seed"] + 10**9))  # each scorecard its own resampling seed
 
-    def truth_of() -> Run:
+    def truth_of(rng) -> Run:
         return run.with_tables(*run.resampled(1.0, rng)) if predictive else run
 
-    def words_of(tables) -> dict:
-        return run.words({**st, "seed": next(seeds)}, *tables)
-
     rows = []
-    for factor in factors:
-        found = two_stage(truth_of, lambda truth, f=factor: truth.resampled(f, rng), words_of, list(observed),
-                          n_sim, per_truth)
+    for index, factor in enumerate(factors):
+        # each scorecard its own resampling seed, apart for every factor
+        first = st["seed"] + index * n_sim * per_truth
+        found = two_stage(truth_of, lambda truth, rng, f=factor: truth.resampled(f, rng),
+                          lambda tables, j, first=first: run.words({**st, "seed": first + j}, *tables),
+                          list(observed), n_sim, per_truth, seed=st["seed"] + index, jobs=jobs)
         rows += [{"check": check, "observed": observed[check], "factor": factor,
                   **{f"p_{w.lower()}": r["p"][w] for w in WORDS}, "agreement": r["agreement"], "mc_se": r["mc_se"]}
                  for check, r in found.items()]
