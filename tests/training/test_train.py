@@ -39,6 +39,16 @@ def test_learning_rate_warms_up_then_decays_to_the_floor(step):
     assert loop.lr_at(3000, cfg) == pytest.approx(1e-4)
 
 
+def test_a_horizon_apart_from_max_steps_keeps_the_schedule_then_holds_the_floor():
+    base = {"lr": 1e-3, "warmup_steps": 50, "min_lr_ratio": 0.3}
+    held = {**base, "max_steps": 32000, "decay_steps": 16000}
+    for step in (0, 49, 50, 8000, 15999):
+        assert loop.lr_at(step, held) == loop.lr_at(step, {**base, "max_steps": 16000})
+    assert loop.lr_at(3000, {**base, "max_steps": 3000, "decay_steps": None}) == pytest.approx(3e-4)
+    assert [loop.lr_at(s, held) for s in (16000, 24000, 31999)] == pytest.approx([3e-4] * 3)
+    assert loop.lr_at(8000, held) != loop.lr_at(8000, {**base, "max_steps": 32000})
+
+
 def test_batches_cover_each_epoch_once():
     n, batch = 64, 16
     idx = torch.cat([train.batch_indices(s, n, batch, seed=5) for s in range(4)])

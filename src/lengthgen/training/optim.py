@@ -99,10 +99,14 @@ class AdamW:
 
 
 def lr_at(step: int, cfg: dict) -> float:
-    """Linear warm-up, then cosine decay to min_lr_ratio * lr at max_steps."""
+    """Linear warm-up, then cosine decay to min_lr_ratio * lr at `decay_steps` (absent or None:
+    max_steps), and the floor after it. A horizon apart from max_steps lets a model in a slow
+    basin train on at the floor while every model that stops before the horizon takes exactly
+    the steps it took under max_steps = decay_steps."""
     if step < cfg["warmup_steps"]:
         return cfg["lr"] * (step + 1) / cfg["warmup_steps"]
-    progress = (step - cfg["warmup_steps"]) / max(1, cfg["max_steps"] - cfg["warmup_steps"])
+    horizon = cfg.get("decay_steps") or cfg["max_steps"]
+    progress = (step - cfg["warmup_steps"]) / max(1, horizon - cfg["warmup_steps"])
     floor = cfg["min_lr_ratio"]
     return cfg["lr"] * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
