@@ -49,6 +49,17 @@ def test_a_horizon_apart_from_max_steps_keeps_the_schedule_then_holds_the_floor(
     assert loop.lr_at(8000, held) != loop.lr_at(8000, {**base, "max_steps": 32000})
 
 
+def test_an_anneal_after_the_horizon_leaves_the_steps_before_it_and_ends_at_its_ratio():
+    held = {"lr": 1e-3, "warmup_steps": 50, "min_lr_ratio": 0.3, "max_steps": 32000, "decay_steps": 16000}
+    annealed = {**held, "final_lr_ratio": 0.01}
+    for step in (0, 49, 50, 8000, 15999, 16000):
+        assert loop.lr_at(step, annealed) == pytest.approx(loop.lr_at(step, held), rel=1e-12)
+    assert loop.lr_at(24000, annealed) == pytest.approx(1e-3 * (0.01 + 0.29 / 2))
+    assert loop.lr_at(32000, annealed) == pytest.approx(1e-5)
+    lrs = [loop.lr_at(s, annealed) for s in range(16000, 32001, 500)]
+    assert lrs == sorted(lrs, reverse=True)
+
+
 def test_batches_cover_each_epoch_once():
     n, batch = 64, 16
     idx = torch.cat([train.batch_indices(s, n, batch, seed=5) for s in range(4)])

@@ -100,15 +100,24 @@ class AdamW:
 
 def lr_at(step: int, cfg: dict) -> float:
     """Linear warm-up, then cosine decay to min_lr_ratio * lr at `decay_steps` (absent or None:
-    max_steps), and the floor after it. A horizon apart from max_steps lets a model in a slow
-    basin train on at the floor while every model that stops before the horizon takes exactly
-    the steps it took under max_steps = decay_steps."""
+    max_steps). After that horizon the rate holds at the floor or, with `final_lr_ratio` set,
+    anneals by a second cosine to final_lr_ratio * lr at max_steps. A horizon apart from max_steps
+    lets a model in a slow basin train on while every model that stops before the horizon takes
+    exactly the steps it took under max_steps = decay_steps."""
     if step < cfg["warmup_steps"]:
         return cfg["lr"] * (step + 1) / cfg["warmup_steps"]
     horizon = cfg.get("decay_steps") or cfg["max_steps"]
-    progress = (step - cfg["warmup_steps"]) / max(1, horizon - cfg["warmup_steps"])
     floor = cfg["min_lr_ratio"]
-    return cfg["lr"] * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+    final = cfg.get("final_lr_ratio")
+    if step >= horizon and final is not None:
+        return cfg["lr"] * _cosine(step - horizon, cfg["max_steps"] - horizon, floor, final)
+    return cfg["lr"] * _cosine(step - cfg["warmup_steps"], horizon - cfg["warmup_steps"], 1.0, floor)
+
+
+def _cosine(step: int, span: int, start: float, end: float) -> float:
+    """Half a cosine from `start` to `end` over `span` steps, `end` after them."""
+    progress = min(1.0, step / max(1, span))
+    return end + (start - end) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def load_checkpoint(path: Path, fingerprint: str, log) -> dict | None:
