@@ -103,7 +103,7 @@ def lr_at(step: int, cfg: dict) -> float:
     max_steps). After that horizon the rate holds at the floor or, with `final_lr_ratio` set,
     anneals by a second cosine to final_lr_ratio * lr at max_steps. A horizon apart from max_steps
     lets a model in a slow basin train on while every model that stops before the horizon takes
-    exactly the steps it took under max_steps = decay_steps."""
+    the same steps as under max_steps = decay_steps."""
     if step < cfg["warmup_steps"]:
         return cfg["lr"] * (step + 1) / cfg["warmup_steps"]
     horizon = cfg.get("decay_steps") or cfg["max_steps"]
