@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import BENCH, RESULTS, Options, load_average, machine, write_csv  # noqa: E402
 
-ORDER = ["matmul_ceiling", "train_throughput", "stacked_training", "profile_step", "profile_stages", "lm_memory",
-         "cpu_bf16", "stages", "workflow_overhead", "job_start"]
+ORDER = ["matmul_ceiling", "train_throughput", "stacked_training", "profile_step", "profile_stages", "arithmetic_floor",
+         "lm_memory", "cpu_bf16", "stages", "workflow_overhead", "job_start"]
 
 
 def _module(name: str):
