@@ -20,7 +20,7 @@ import common  # noqa: E402
 from common import BENCH, RESULTS, Options, load_average, machine, write_csv  # noqa: E402
 
 ORDER = ["matmul_ceiling", "train_throughput", "stacked_training", "profile_step", "profile_stages", "arithmetic_floor",
-         "lm_memory", "cpu_bf16", "stages", "workflow_overhead", "job_start"]
+         "compiled_step", "lm_memory", "cpu_bf16", "stages", "workflow_overhead", "job_start"]
 
 
 def _module(name: str):
