@@ -87,7 +87,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed benchmarks/requirements.txt
 	touch $@
 
 BENCH_ARGS ?=
-bench: $(VENV)/.bench-installed  ## benchmark suite -> benchmarks/results.md (11-17 min; BENCH_ARGS=--quick)
+bench: $(VENV)/.bench-installed  ## benchmark suite -> benchmarks/results.md (about 25 min; BENCH_ARGS=--quick)
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
 
 gpu-check: $(VENV)/.installed  ## on a CUDA machine: CUDA against CPU, steps/s, stacking, smoke words, CUDA tests

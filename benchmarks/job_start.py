@@ -37,8 +37,9 @@ def commands(cfg: dict, tmp: Path) -> dict[str, list[str]]:
     datasets.generate(lgconfig.data_slice(cfg, task["name"], "test"), "test", cfg["eval_seed"], test,
                       train_path=train)
     _, meta = datasets.read(test)
-    save_random_checkpoint(tmp / "model.pt", cfg, task, "rope", meta)
-    cell = lgconfig.cell_slice(cfg, task["name"], "rope", 0)
+    scheme = task["schemes"][0]  # whichever E3 scheme the config trains first
+    save_random_checkpoint(tmp / "model.pt", cfg, task, scheme, meta)
+    cell = lgconfig.cell_slice(cfg, task["name"], scheme, 0)
     cell["train"] = {**cell["train"], "max_steps": 20}
     python = [str(VENV_BIN / "python"), "-m", "lengthgen"]
     return {

@@ -72,8 +72,11 @@ def scratch_copy(prefix: str) -> Path:
 
 
 def large_grid(paper: dict, n_tasks: int, seeds: int) -> dict:
-    """paper.yaml with its tasks repeated under new names and more seeds."""
+    """paper.yaml with its tasks repeated under new names and more seeds, on this machine's device:
+    `--touch` starts a run, whose machine check refuses paper.yaml's `device: cuda` where torch
+    sees no GPU (on one, `auto` is cuda and the grid stacks its seeds as paper.yaml does)."""
     cfg = {k: v for k, v in paper.items() if not str(k).startswith("_")}
+    cfg["device"] = "auto"
     base = cfg["tasks"]
     cfg["tasks"] = [{**base[i % len(base)], "name": f"{base[i % len(base)]['name']}_r{i}"} for i in range(n_tasks)]
     cfg["seeds"] = list(range(seeds))
